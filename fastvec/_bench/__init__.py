@@ -1,0 +1,1 @@
+"""Sections of ``python -m fastvec.bench``; each module exposes ``run(quick: bool)``."""

@@ -1,0 +1,1 @@
+"""Compiled Cython kernels. Each module is small and single-purpose; see DESIGN.md."""

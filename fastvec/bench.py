@@ -1,0 +1,99 @@
+"""``python -m fastvec.bench``: side-by-side tables against the references.
+
+Each section lives in ``fastvec/_bench/<name>.py`` and exposes
+``run(quick: bool) -> None``, printing its own table through :func:`print_table`.
+Every figure is measured in this one run, next to its reference, so the ratio
+columns are what to quote (absolute times drift on shared machines).
+
+    python -m fastvec.bench                 # every section
+    python -m fastvec.bench vector gae      # chosen sections
+    python -m fastvec.bench --quick         # fewer repeats, smaller sizes
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import platform
+import statistics
+import time
+from typing import Callable, Sequence
+
+# Section name -> module under fastvec._bench, in print order.
+SECTIONS = {
+    "vector": "Multiprocess FastVectorEnv vs Sync/AsyncVectorEnv (Python envs)",
+    "async": "send/recv with surplus envs on uneven step times",
+    "native": "Cython-native classic control vs gymnasium's vector envs",
+    "gae": "GAE / V-trace kernels vs NumPy and SB3",
+    "replay": "Segment trees and prioritized replay",
+    "flatten": "Space flatten/unflatten vs gymnasium.spaces",
+    "torch": "Device-resident TorchCartPole",
+}
+
+
+def median_time(fn: Callable[[], object], repeats: int = 7, number: int = 1, warmup: int = 1) -> float:
+    """Median wall time of ``number`` calls of ``fn`` over ``repeats`` runs, per call, in seconds."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        times.append((time.perf_counter() - start) / number)
+    return statistics.median(times)
+
+
+def fmt_rate(x: float) -> str:
+    """Format a rate (e.g. steps per second) compactly: 1.23M, 456k."""
+    if x >= 1e6:
+        return f"{x / 1e6:.2f}M"
+    if x >= 1e3:
+        return f"{x / 1e3:.1f}k"
+    return f"{x:.0f}"
+
+
+def fmt_time(seconds: float) -> str:
+    """Format a duration with a sensible unit."""
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} µs"
+    if seconds < 1:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.2f} s"
+
+
+def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """Print a Markdown table (so it can be pasted into the README as is)."""
+    print(f"\n### {title}\n")
+    cells = [list(map(str, header))] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"
+    print(line(cells[0]))
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in cells[1:]:
+        print(line(r))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m fastvec.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sections", nargs="*", help=f"any of {', '.join(SECTIONS)} (default: all)")
+    parser.add_argument("--quick", action="store_true", help="fewer repeats and sizes")
+    args = parser.parse_args(argv)
+    names = args.sections or list(SECTIONS)
+    unknown = [n for n in names if n not in SECTIONS]
+    if unknown:
+        parser.error(f"unknown section(s) {unknown}; expected some of {list(SECTIONS)}")
+    print(f"fastvec.bench — {platform.platform()}, {platform.processor() or platform.machine()}, "
+          f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M')}")
+    for name in names:
+        try:
+            module = importlib.import_module(f"fastvec._bench.{name}")
+        except ModuleNotFoundError as exc:
+            # A section whose optional dependency (torch, sb3) is missing is skipped, loudly.
+            print(f"\n### {SECTIONS[name]}\n\nskipped: {exc}")
+            continue
+        module.run(quick=args.quick)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""Build the Cython kernels in fastvec/_ext.
+
+Every ``fastvec/_ext/*.pyx`` becomes one extension module. Flags are portable
+(-O3, no -march=native) so that wheels run on any x86-64/aarch64 machine; set
+FASTVEC_NATIVE=1 to add -march=native for a local build.
+"""
+import glob
+import os
+import sys
+
+import numpy as np
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+compile_args = []
+link_args = []
+if sys.platform != "win32":
+    compile_args = ["-O3", "-fno-strict-aliasing", "-Wno-unreachable-code"]
+    if os.environ.get("FASTVEC_NATIVE") == "1":
+        compile_args.append("-march=native")
+    if os.environ.get("FASTVEC_OPENMP", "1") == "1" and sys.platform.startswith("linux"):
+        compile_args.append("-fopenmp")
+        link_args.append("-fopenmp")
+else:
+    compile_args = ["/O2", "/openmp"]
+
+extensions = [
+    Extension(
+        "fastvec._ext." + os.path.splitext(os.path.basename(path))[0],
+        [path],
+        include_dirs=[np.get_include()],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+        extra_compile_args=compile_args,
+        extra_link_args=link_args,
+    )
+    for path in sorted(glob.glob(os.path.join("fastvec", "_ext", "*.pyx")))
+]
+
+setup(
+    ext_modules=cythonize(
+        extensions,
+        language_level=3,
+        compiler_directives={
+            "boundscheck": False,
+            "wraparound": False,
+            "cdivision": True,
+            "initializedcheck": False,
+        },
+    )
+)
