@@ -1,0 +1,268 @@
+# cython: boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Flags, waits and copies for the shared-memory vector env.
+
+The parent and each worker talk through a row of uint32 words in shared
+memory (one 64-byte row per worker, so two workers never share a cache line):
+
+    CMD_SEQ   parent bumps it to hand the worker a new command
+    CMD       which command (see fastvec/vector/_protocol.py)
+    DONE_SEQ  worker sets it to CMD_SEQ once the command's results are written
+    STATUS    what the worker left beside the results (ok, infos on the pipe, error)
+    WORKER_SLEEPING / PARENT_SLEEPING  set by a waiter before it blocks, so the
+              other side only pays for a wake-up syscall when someone sleeps
+
+A wait spins for a short, bounded time (cheap when the other side answers
+within microseconds), then blocks: a futex on Linux, short sleeps elsewhere.
+Pure busy-waiting is not an option: with more processes than cores a spinner
+steals the time slice the process it waits for needs (REFERENCES.md measured
+1-12k SPS for that on 2 cores).
+"""
+from libc.stdint cimport uint32_t, uint8_t
+from libc.string cimport memcpy
+
+cdef extern from * nogil:
+    """
+    #include <stdint.h>
+    #include <time.h>
+    #include <errno.h>
+    #include <sched.h>
+    #ifdef __linux__
+    #include <linux/futex.h>
+    #include <sys/syscall.h>
+    #include <unistd.h>
+    #endif
+
+    static inline uint32_t fv_load(uint32_t *p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
+    static inline void fv_store(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_SEQ_CST); }
+
+    static inline void fv_pause(void) {
+    #if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+    #elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+    #endif
+    }
+
+    static inline double fv_now(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    }
+
+    /* Block while *p == expected, at most timeout_s seconds (spurious wake-ups are fine). */
+    static inline void fv_block(uint32_t *p, uint32_t expected, double timeout_s) {
+    #ifdef __linux__
+        struct timespec ts;
+        if (timeout_s < 0) timeout_s = 0;
+        ts.tv_sec = (time_t)timeout_s;
+        ts.tv_nsec = (long)((timeout_s - (double)ts.tv_sec) * 1e9);
+        /* Not FUTEX_PRIVATE: the word lives in memory shared between processes. */
+        syscall(SYS_futex, p, FUTEX_WAIT, expected, &ts, NULL, 0);
+    #else
+        struct timespec ts;
+        ts.tv_sec = 0;
+        ts.tv_nsec = 50000; /* 50 us */
+        if (fv_load(p) == expected) nanosleep(&ts, NULL);
+    #endif
+    }
+
+    static inline void fv_wake(uint32_t *p) {
+    #ifdef __linux__
+        syscall(SYS_futex, p, FUTEX_WAKE, 1 << 30, NULL, NULL, 0);
+    #endif
+    }
+    """
+    uint32_t fv_load(uint32_t *p)
+    void fv_store(uint32_t *p, uint32_t v)
+    void fv_pause()
+    double fv_now()
+    void fv_block(uint32_t *p, uint32_t expected, double timeout_s)
+    void fv_wake(uint32_t *p)
+
+# Word indices inside a worker's control row (kept in sync with _protocol.py).
+cdef enum:
+    CMD_SEQ = 0
+    CMD = 1
+    DONE_SEQ = 2
+    STATUS = 3
+    WORKER_SLEEPING = 4
+    PARENT_SLEEPING = 5
+
+cdef extern from "<time.h>" nogil:
+    ctypedef long time_t
+    cdef struct timespec:
+        time_t tv_sec
+        long tv_nsec
+    int nanosleep(const timespec *req, timespec *rem)
+
+
+cdef inline void _nap(double seconds) noexcept nogil:
+    cdef timespec ts
+    ts.tv_sec = <time_t>seconds
+    ts.tv_nsec = <long>((seconds - <double>ts.tv_sec) * 1e9)
+    nanosleep(&ts, NULL)
+
+ROW_WORDS = 16
+
+
+cdef inline bint _wait_equal(uint32_t *word, uint32_t target, uint32_t *sleeping,
+                             double spin_s, double deadline) noexcept nogil:
+    """Wait until *word == target: spin up to spin_s, then block. False on deadline."""
+    cdef double start = fv_now(), now
+    cdef uint32_t seen
+    cdef int i
+    while True:
+        for i in range(64):
+            if fv_load(word) == target:
+                return True
+            fv_pause()
+        now = fv_now()
+        if now - start >= spin_s:
+            break
+    while True:
+        fv_store(sleeping, 1)
+        seen = fv_load(word)
+        if seen == target:
+            fv_store(sleeping, 0)
+            return True
+        now = fv_now()
+        if now >= deadline:
+            fv_store(sleeping, 0)
+            return False
+        fv_block(word, seen, deadline - now)
+        fv_store(sleeping, 0)
+        if fv_load(word) == target:
+            return True
+
+
+cdef inline void _publish(uint32_t *word, uint32_t value, uint32_t *sleeping) noexcept nogil:
+    """Store value; wake the other side only if it went to sleep on this word."""
+    fv_store(word, value)
+    if fv_load(sleeping):
+        fv_wake(word)
+
+
+cdef int _wait_all_done(uint32_t[:, ::1] ctrl, const uint8_t[::1] active,
+                        double spin_s, double deadline) noexcept nogil:
+    cdef Py_ssize_t w
+    for w in range(ctrl.shape[0]):
+        if active[w] and not _wait_equal(&ctrl[w, DONE_SEQ], fv_load(&ctrl[w, CMD_SEQ]),
+                                         &ctrl[w, PARENT_SLEEPING], spin_s, deadline):
+            return <int>w
+    return -1
+
+
+cdef int _wait_any_done(uint32_t[:, ::1] ctrl, const uint8_t[::1] pending,
+                        double spin_s, double deadline) noexcept nogil:
+    """Index of the first pending worker found done, or -1 on deadline."""
+    cdef Py_ssize_t w
+    cdef double start = fv_now(), now
+    cdef double sleep_s = 20e-6
+    cdef int i
+    while True:
+        for i in range(16):
+            for w in range(ctrl.shape[0]):
+                if pending[w] and fv_load(&ctrl[w, DONE_SEQ]) == fv_load(&ctrl[w, CMD_SEQ]):
+                    return <int>w
+            fv_pause()
+        now = fv_now()
+        if now >= deadline:
+            return -1
+        if now - start >= spin_s:
+            # Several words to watch: no single futex fits, so back off with short sleeps.
+            _nap(sleep_s)
+            if sleep_s < 500e-6:
+                sleep_s *= 2
+
+
+
+def wait_all_done(uint32_t[:, ::1] ctrl not None, const uint8_t[::1] active not None,
+                  double spin_s, double timeout_s):
+    """Parent side: wait until every active worker has finished its command.
+
+    Returns -1 when all are done, else the index of a worker still busy when
+    ``timeout_s`` ran out (the caller checks it is alive and waits again).
+    """
+    if active.shape[0] != ctrl.shape[0]:
+        raise ValueError(f"active has {active.shape[0]} entries, expected {ctrl.shape[0]}")
+    cdef double deadline = fv_now() + timeout_s
+    cdef int busy
+    with nogil:
+        busy = _wait_all_done(ctrl, active, spin_s, deadline)
+    return busy
+
+
+def wait_any_done(uint32_t[:, ::1] ctrl not None, const uint8_t[::1] pending not None,
+                  double spin_s, double timeout_s):
+    """Parent side: index of a pending worker that has finished, or -1 after ``timeout_s``."""
+    if pending.shape[0] != ctrl.shape[0]:
+        raise ValueError(f"pending has {pending.shape[0]} entries, expected {ctrl.shape[0]}")
+    cdef double deadline = fv_now() + timeout_s
+    cdef int w
+    with nogil:
+        w = _wait_any_done(ctrl, pending, spin_s, deadline)
+    return w
+
+
+def send_command(uint32_t[:, ::1] ctrl not None, Py_ssize_t worker, uint32_t command):
+    """Parent side: hand ``worker`` a command; returns its sequence number."""
+    if not 0 <= worker < ctrl.shape[0]:
+        raise IndexError(f"worker {worker} out of range [0, {ctrl.shape[0]})")
+    cdef uint32_t seq
+    with nogil:
+        seq = fv_load(&ctrl[worker, CMD_SEQ]) + 1
+        fv_store(&ctrl[worker, CMD], command)
+        fv_store(&ctrl[worker, STATUS], 0)
+        _publish(&ctrl[worker, CMD_SEQ], seq, &ctrl[worker, WORKER_SLEEPING])
+    return seq
+
+
+def is_done(uint32_t[:, ::1] ctrl not None, Py_ssize_t worker):
+    """True when ``worker`` has finished its last command."""
+    return fv_load(&ctrl[worker, DONE_SEQ]) == fv_load(&ctrl[worker, CMD_SEQ])
+
+
+def wait_command(uint32_t[:, ::1] ctrl not None, Py_ssize_t worker, uint32_t last_seq,
+                 double spin_s, double timeout_s):
+    """Worker side: wait for a command newer than ``last_seq``.
+
+    Returns ``(seq, command)``, or ``None`` if ``timeout_s`` passed first (the
+    worker then checks that its parent still lives and waits again).
+    """
+    cdef double deadline = fv_now() + timeout_s
+    cdef uint32_t seq
+    cdef bint got = False
+    with nogil:
+        # Wait for CMD_SEQ to leave last_seq: same as waiting for last_seq + 1,
+        # since the parent never issues a command before the previous one is done.
+        got = _wait_equal(&ctrl[worker, CMD_SEQ], last_seq + 1, &ctrl[worker, WORKER_SLEEPING],
+                          spin_s, deadline)
+    if not got:
+        return None
+    return last_seq + 1, fv_load(&ctrl[worker, CMD])
+
+
+def finish_command(uint32_t[:, ::1] ctrl not None, Py_ssize_t worker, uint32_t seq, uint32_t status):
+    """Worker side: publish ``status`` and mark command ``seq`` done (results are in the buffer)."""
+    with nogil:
+        fv_store(&ctrl[worker, STATUS], status)
+        _publish(&ctrl[worker, DONE_SEQ], seq, &ctrl[worker, PARENT_SLEEPING])
+
+
+def status(uint32_t[:, ::1] ctrl not None, Py_ssize_t worker):
+    """The status word ``worker`` left with its last finished command."""
+    return fv_load(&ctrl[worker, STATUS])
+
+
+cdef void _copy_bytes(const uint8_t[::1] src, uint8_t[::1] dst) noexcept nogil:
+    memcpy(&dst[0], &src[0], src.shape[0])
+
+
+def copy_bytes(const uint8_t[::1] src not None, uint8_t[::1] dst not None):  # dst: OUT
+    """Copy ``src`` into ``dst`` (same length, both contiguous) without the GIL."""
+    if src.shape[0] != dst.shape[0]:
+        raise ValueError(f"copy_bytes: src has {src.shape[0]} bytes, dst {dst.shape[0]}")
+    if src.shape[0] == 0:
+        return
+    with nogil:
+        _copy_bytes(src, dst)

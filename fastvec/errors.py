@@ -1,0 +1,47 @@
+"""Exceptions fastvec raises besides Gymnasium's own.
+
+Gymnasium's vector exceptions (``AlreadyPendingCallError``, ``NoAsyncCallError``,
+``ClosedEnvironmentError``) are re-exported so code written for
+``AsyncVectorEnv`` catches the same classes.
+"""
+from __future__ import annotations
+
+from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
+
+__all__ = [
+    "AlreadyPendingCallError",
+    "ClosedEnvironmentError",
+    "NoAsyncCallError",
+    "WorkerError",
+    "WorkerDiedError",
+    "RemoteTraceback",
+]
+
+
+class WorkerError(RuntimeError):
+    """An env inside a worker process failed and its exception could not be re-raised as is.
+
+    Attributes:
+        worker_index: the worker process that reported it.
+        env_index: the env (index in the vector env) that raised, if known.
+    """
+
+    def __init__(self, message: str, worker_index: int | None = None, env_index: int | None = None):
+        super().__init__(message)
+        self.worker_index = worker_index
+        self.env_index = env_index
+
+
+class WorkerDiedError(WorkerError):
+    """A worker process exited or was killed while the vector env still needed it."""
+
+
+class RemoteTraceback(Exception):
+    """Carries a worker's traceback text; set as ``__cause__`` of a re-raised env exception."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return "\n\n" + self.text

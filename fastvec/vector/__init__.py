@@ -1,0 +1,4 @@
+"""The VectorEnv backends, one class per file."""
+from fastvec.vector.shared import FastVectorEnv
+
+__all__ = ["FastVectorEnv"]

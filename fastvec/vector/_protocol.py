@@ -1,0 +1,32 @@
+"""Words the parent and the workers agree on: commands, statuses, control-row layout.
+
+The hot path (step) moves no Python objects: the parent writes actions into the
+shared buffer and bumps a worker's CMD_SEQ; the worker writes results and sets
+DONE_SEQ. Everything else (reset seeds and options, call/get_attr/set_attr,
+infos, errors) travels on the worker's pipe, announced by the STATUS word.
+"""
+from enum import IntEnum
+
+# Word indices in a worker's control row (fastvec/_ext/_sync.pyx uses the same).
+CMD_SEQ, CMD, DONE_SEQ, STATUS, WORKER_SLEEPING, PARENT_SLEEPING = range(6)
+ROW_WORDS = 16  # 64 bytes per worker: no two workers share a cache line
+
+
+class Command(IntEnum):
+    """What a worker is asked to do."""
+
+    STEP = 1  # actions are in the buffer; no pipe message
+    PIPE = 2  # a (name, payload) message waits on the pipe
+    CLOSE = 3  # close the envs and exit
+
+
+class Status(IntEnum):
+    """What a worker left beside a finished command."""
+
+    OK = 0  # results are in the buffer, nothing on the pipe
+    MESSAGE = 1  # a reply (infos, call results, observations) follows on the pipe
+    ERROR = 2  # an error report follows on the pipe; the worker has stopped
+
+
+# Seconds a waiter blocks before it checks that the other side still lives.
+LIVENESS_INTERVAL = 0.1

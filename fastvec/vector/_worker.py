@@ -1,0 +1,249 @@
+"""What runs inside a FastVectorEnv worker process.
+
+A worker owns a contiguous range of envs ``[first, first + len(env_fns))``. It
+builds them, reports their spaces, attaches to the shared buffer, then loops:
+wait for a command on its control row, run it for each of its envs in turn,
+write the results into the buffer, mark the command done.
+
+Autoreset follows SyncVectorEnv exactly (the per-env bookkeeping lives here);
+the parent rebuilds the vector infos from the (env index, final, info) events a
+worker sends only when some env produced an info.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import traceback
+from typing import Any
+
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from fastvec._ext import _sync
+from fastvec.spaces import Layout
+from fastvec.vector._protocol import LIVENESS_INTERVAL, Command, Status
+from fastvec.vector._shared_buffer import SharedBuffer
+
+# Names `call` must not reach: they have their own commands (as in AsyncVectorEnv).
+RESERVED_CALLS = ("reset", "step", "close", "_setattr", "_check_spaces")
+
+
+class _Worker:
+    def __init__(self, index, envs, first, pipe, autoreset_mode, buffer, obs_layout, act_layout, spin_s):
+        self.index = index
+        self.envs = envs
+        self.first = first
+        self.stop = first + len(envs)
+        self.pipe = pipe
+        self.mode = autoreset_mode
+        self.buffer = buffer
+        self.ctrl = buffer["ctrl"]
+        self.spin_s = spin_s
+        self.obs_layout = obs_layout
+        self.act_layout = act_layout
+        rows = slice(first, self.stop)
+        self.obs_slabs = [s[rows] for s in buffer.leaves("obs")] if obs_layout is not None else None
+        self.act_slabs = [s[rows] for s in buffer.leaves("act")]
+        self.rewards = buffer["rewards"][rows]
+        self.terminations = buffer["terminations"][rows]
+        self.truncations = buffer["truncations"][rows]
+        self.autoreset = [False] * len(envs)
+        self.last_obs: list[Any] = [None] * len(envs)
+        self.current_env: int | None = None  # global index of the env being run, for error reports
+
+    # -- commands -----------------------------------------------------------------
+    def step(self) -> tuple[int, Any]:
+        actions = self._read_actions()
+        n = len(self.envs)
+        rewards = [0.0] * n
+        terminations = [False] * n
+        truncations = [False] * n
+        events = []
+        next_step = self.mode == AutoresetMode.NEXT_STEP
+        same_step = self.mode == AutoresetMode.SAME_STEP
+        for j, env in enumerate(self.envs):
+            self.current_env = self.first + j
+            final = None
+            if next_step and self.autoreset[j]:
+                obs, info = env.reset()
+                reward, terminated, truncated = 0.0, False, False
+            else:
+                obs, reward, terminated, truncated, info = env.step(actions[j])
+                if same_step and (terminated or truncated):
+                    final = (obs, info)
+                    obs, info = env.reset()
+            self.last_obs[j] = obs
+            rewards[j] = reward
+            terminations[j] = terminated
+            truncations[j] = truncated
+            self.autoreset[j] = bool(terminated or truncated)
+            if final is not None or info:
+                events.append((self.first + j, final, info))
+        self.current_env = None
+        self.rewards[:] = rewards
+        self.terminations[:] = terminations
+        self.truncations[:] = truncations
+        return self._finish_observations(events)
+
+    def reset(self, seeds, options, mask) -> tuple[int, Any]:
+        events = []
+        for j, env in enumerate(self.envs):
+            if mask is not None and not mask[j]:
+                continue
+            self.current_env = self.first + j
+            self.last_obs[j], info = env.reset(seed=seeds[j], options=options)
+            self.autoreset[j] = False
+            if info:
+                events.append((self.first + j, None, info))
+        self.current_env = None
+        return self._finish_observations(events)
+
+    def call(self, name, args, kwargs):
+        if name in RESERVED_CALLS:
+            raise ValueError(f"Trying to call function `{name}` with `call`, use `{name}` directly instead.")
+        results = []
+        for j, env in enumerate(self.envs):
+            self.current_env = self.first + j
+            attr = env.get_wrapper_attr(name)
+            results.append(attr(*args, **kwargs) if callable(attr) else attr)
+        self.current_env = None
+        return Status.MESSAGE, results
+
+    def set_attr(self, name, values):
+        for j, env in enumerate(self.envs):
+            self.current_env = self.first + j
+            env.set_wrapper_attr(name, values[j])
+        self.current_env = None
+        return Status.OK, None
+
+    # -- helpers --------------------------------------------------------------------
+    def _read_actions(self) -> list:
+        """Per-env actions, as SyncVectorEnv's ``iterate`` hands them to the envs."""
+        # A private copy: the parent may overwrite the shared slab before an env is done with it.
+        leaves = [np.array(slab) for slab in self.act_slabs]
+        if self.act_layout.is_leaf:
+            return list(leaves[0])
+        columns = [list(leaf) for leaf in leaves]
+        return [self.act_layout.join(values) for values in zip(*columns)]
+
+    def _finish_observations(self, events) -> tuple[int, Any]:
+        if self.obs_slabs is None:
+            # No shared observation buffer (shared_memory=False): observations go on the pipe.
+            return Status.MESSAGE, (list(self.last_obs), events)
+        if self.obs_layout.is_leaf:
+            np.stack(self.last_obs, axis=0, out=self.obs_slabs[0])
+        else:
+            per_leaf = zip(*(self.obs_layout.split(obs) for obs in self.last_obs))
+            for slab, values in zip(self.obs_slabs, per_leaf):
+                np.stack(values, axis=0, out=slab)
+        if events:
+            return Status.MESSAGE, (None, events)
+        return Status.OK, None
+
+
+def _parent_alive(parent_pid: int) -> bool:
+    try:
+        os.kill(parent_pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - pid reused by another user's process
+        return False
+    return True
+
+
+def _error_report(exc: BaseException, env_index: int | None, phase: str) -> tuple:
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    import pickle
+
+    try:
+        payload = pickle.dumps(exc)
+    except Exception:
+        payload = None
+    return ("error", env_index, phase, type(exc).__qualname__, str(exc), text, payload)
+
+
+def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: int,
+                autoreset_mode: AutoresetMode, spin_s: float) -> None:
+    """Entry point of a worker process (see FastVectorEnv for the protocol)."""
+    # Ctrl-C goes to the whole process group; the parent decides what happens.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if parent_pipe is not None:
+        parent_pipe.close()
+    envs = []
+    buffer = None
+    try:
+        try:
+            for k, env_fn in enumerate(env_fns):
+                envs.append(env_fn())
+        except BaseException as exc:
+            pipe.send(_error_report(exc, first + len(envs), "the env constructor"))
+            return
+        first_env = envs[0]
+        pipe.send(("spaces", [(env.observation_space, env.action_space) for env in envs],
+                   dict(first_env.metadata), first_env.render_mode))
+        message = pipe.recv()
+        if message[0] != "attach":
+            return
+        _, sections, size, name, shared_obs = message
+        buffer = SharedBuffer(sections, size, name=name)
+        obs_layout = Layout(first_env.observation_space) if shared_obs else None
+        act_layout = Layout(first_env.action_space)
+        worker = _Worker(index, envs, first, pipe, autoreset_mode, buffer, obs_layout, act_layout, spin_s)
+        pipe.send(("ready",))
+        _serve(worker, parent_pid)
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        pass  # the parent went away
+    finally:
+        for env in envs:
+            try:
+                env.close()
+            except Exception:
+                pass
+        if buffer is not None:
+            buffer.close()
+        pipe.close()
+
+
+def _serve(worker: _Worker, parent_pid: int) -> None:
+    ctrl, index, pipe = worker.ctrl, worker.index, worker.pipe
+    seq = 0
+    while True:
+        got = _sync.wait_command(ctrl, index, seq, worker.spin_s, 5 * LIVENESS_INTERVAL)
+        if got is None:
+            if not _parent_alive(parent_pid):
+                return
+            continue
+        seq, command = got
+        phase = "step"
+        try:
+            if command == Command.STEP:
+                status, reply = worker.step()
+            elif command == Command.PIPE:
+                name, payload = pipe.recv()
+                phase = name
+                if name == "reset":
+                    status, reply = worker.reset(*payload)
+                elif name == "call":
+                    status, reply = worker.call(*payload)
+                elif name == "setattr":
+                    status, reply = worker.set_attr(*payload)
+                else:
+                    raise ValueError(f"unknown worker command {name!r}")
+            elif command == Command.CLOSE:
+                _sync.finish_command(ctrl, index, seq, Status.OK)
+                return
+            else:
+                raise ValueError(f"unknown command word {command}")
+        except BaseException as exc:
+            report = _error_report(exc, worker.current_env, phase)
+            _sync.finish_command(ctrl, index, seq, Status.ERROR)
+            pipe.send(report)
+            return
+        _sync.finish_command(ctrl, index, seq, status)
+        if status == Status.MESSAGE:
+            pipe.send(reply)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("fastvec.vector._worker is started by FastVectorEnv, not run directly")

@@ -1,0 +1,58 @@
+"""Comparison helpers shared by the vector-env tests."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def assert_same(a, b, where="") -> None:
+    """Assert two vector-env outputs are identical: structure, dtypes and values (bit for bit)."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict), f"{where}: dict vs {type(b).__name__}"
+        assert set(a) == set(b), f"{where}: keys {sorted(a, key=str)} vs {sorted(b, key=str)}"
+        for k in a:
+            assert_same(a[k], b[k], f"{where}[{k!r}]")
+    elif isinstance(a, tuple):
+        assert isinstance(b, tuple) and len(a) == len(b), f"{where}: tuple vs {b!r}"
+        for k, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{where}[{k}]")
+    elif isinstance(a, np.ndarray):
+        assert isinstance(b, np.ndarray), f"{where}: ndarray vs {type(b).__name__}"
+        assert a.dtype == b.dtype, f"{where}: dtype {a.dtype} vs {b.dtype}"
+        assert a.shape == b.shape, f"{where}: shape {a.shape} vs {b.shape}"
+        if a.dtype == object:
+            for k, (x, y) in enumerate(zip(a.ravel(), b.ravel())):
+                assert_same(x, y, f"{where}.flat[{k}]")
+        else:
+            np.testing.assert_array_equal(a, b, err_msg=where, strict=True)
+    else:
+        assert type(a) is type(b), f"{where}: {type(a).__name__} vs {type(b).__name__}"
+        if isinstance(a, float) and np.isnan(a):
+            assert np.isnan(b), where
+        else:
+            assert a == b, f"{where}: {a!r} vs {b!r}"
+
+
+def run_side_by_side(ref, env, seed, steps, action_seed=0, reset_options=None):
+    """Step two vector envs with the same seeds and actions; assert every output is identical.
+
+    In DISABLED autoreset mode, finished envs are reset with ``reset_mask`` in both.
+    Returns the number of finished episodes seen.
+    """
+    from gymnasium.vector import AutoresetMode
+
+    out_ref = ref.reset(seed=seed, options=reset_options)
+    out = env.reset(seed=seed, options=reset_options)
+    assert_same(out_ref, out, "reset")
+    ref.action_space.seed(action_seed)
+    episodes = 0
+    for t in range(steps):
+        actions = ref.action_space.sample()
+        out_ref = ref.step(actions)
+        out = env.step(actions)
+        assert_same(out_ref, out, f"step {t}")
+        done = out_ref[2] | out_ref[3]
+        episodes += int(done.sum())
+        if ref.metadata["autoreset_mode"] == AutoresetMode.DISABLED and done.any():
+            opts = {"reset_mask": done}
+            assert_same(ref.reset(options=dict(opts)), env.reset(options=opts), f"reset_mask at {t}")
+    return episodes

@@ -1,0 +1,300 @@
+"""FastVectorEnv against SyncVectorEnv: same seeds and actions give the same outputs, bit for bit."""
+from __future__ import annotations
+
+import gc
+import os
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from fastvec import FastVectorEnv
+from helpers import assert_same, run_side_by_side
+from toy_envs import SPACES, ToyEnv
+
+MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]
+
+
+def toy_fns(n, **kwargs):
+    # Different episode lengths per env, so envs finish at different times.
+    return [lambda k=k: ToyEnv(max_len=3 + 4 * (k % 3), **kwargs) for k in range(n)]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+@pytest.mark.parametrize("obs", sorted(SPACES))
+def test_parity_observation_spaces(obs, mode):
+    fns = toy_fns(5, obs_space=obs)
+    ref = SyncVectorEnv(fns, autoreset_mode=mode)
+    with FastVectorEnv(fns, num_workers=2, autoreset_mode=mode) as env:
+        episodes = run_side_by_side(ref, env, seed=123, steps=60)
+    assert episodes > 10
+
+
+@pytest.mark.parametrize("act", sorted(SPACES))
+def test_parity_action_spaces(act):
+    fns = toy_fns(4, obs_space="box", act_space=act)
+    ref = SyncVectorEnv(fns)
+    with FastVectorEnv(fns, num_workers=3) as env:
+        run_side_by_side(ref, env, seed=7, steps=40)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "MountainCarContinuous-v0", "Acrobot-v1", "Pendulum-v1"])
+def test_parity_classic_control(env_id, mode):
+    fns = [lambda: gym.make(env_id) for _ in range(6)]
+    ref = SyncVectorEnv(fns, autoreset_mode=mode)
+    with FastVectorEnv(fns, num_workers=2, autoreset_mode=mode) as env:
+        run_side_by_side(ref, env, seed=5, steps=250 if env_id == "CartPole-v1" else 60)
+
+
+@pytest.mark.parametrize("num_workers", [1, 2, 3, 7])
+def test_parity_worker_counts_and_seeds(num_workers):
+    fns = toy_fns(7, obs_space="dict")
+    ref = SyncVectorEnv(fns)
+    with FastVectorEnv(fns, num_workers=num_workers) as env:
+        for seed in (0, [11, 3, None, 4, 5, 6, 9]):
+            if isinstance(seed, list):
+                seed = [s if s is not None else 99 for s in seed]
+            run_side_by_side(ref, env, seed=seed, steps=25)
+
+
+def test_reset_options_and_mask_do_not_mutate_caller_dict():
+    fns = toy_fns(4)
+    ref = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.DISABLED)
+    with FastVectorEnv(fns, num_workers=2, autoreset_mode=AutoresetMode.DISABLED) as env:
+        assert_same(ref.reset(seed=1, options={"tag": 5}), env.reset(seed=1, options={"tag": 5}))
+        mask = np.array([True, False, False, True])
+        options = {"reset_mask": mask, "tag": 9}
+        got = env.reset(seed=[10, 11, 12, 13], options=options)
+        assert "reset_mask" in options, "the caller's options dict must not be mutated"
+        want = ref.reset(seed=[10, 11, 12, 13], options=dict(options))
+        assert_same(want, got)
+        # A mask that touches only one worker's envs.
+        mask = np.array([False, False, True, False])
+        assert_same(ref.reset(options={"reset_mask": mask}), env.reset(options={"reset_mask": mask}))
+
+
+@pytest.mark.parametrize("obs", ["box", "dict", "tuple"])
+def test_copy_false_returns_views_of_the_shared_buffer(obs):
+    fns = toy_fns(3, obs_space=obs)
+    ref = SyncVectorEnv(fns)
+    with FastVectorEnv(fns, num_workers=2, copy=False) as env:
+        run_side_by_side(ref, env, seed=3, steps=10)
+        a = env.step(env.action_space.sample())[0]
+        b = env.step(env.action_space.sample())[0]
+        leaf = lambda x: x["pos"] if obs == "dict" else (x[0] if obs == "tuple" else x)
+        assert np.shares_memory(leaf(a), leaf(b))
+
+
+def test_copy_true_returns_fresh_arrays():
+    with FastVectorEnv(toy_fns(2), num_workers=2) as env:
+        a, _ = env.reset(seed=0)
+        b = env.step(env.action_space.sample())[0]
+        assert not np.shares_memory(a, b)
+
+
+def test_shared_memory_false_pipes_observations():
+    fns = toy_fns(4, obs_space="dict")
+    ref = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    with FastVectorEnv(fns, num_workers=2, shared_memory=False, autoreset_mode=AutoresetMode.SAME_STEP) as env:
+        run_side_by_side(ref, env, seed=4, steps=30)
+
+
+def test_unsupported_space_is_a_clear_error():
+    class TextEnv(gym.Env):
+        observation_space = gym.spaces.Text(5)
+        action_space = gym.spaces.Discrete(2)
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            return "abc", {}
+
+        def step(self, action):
+            return "abd", 0.0, False, False, {}
+
+    with pytest.raises(ValueError, match="Text.*shared_memory=False"):
+        FastVectorEnv([TextEnv, TextEnv], num_workers=1)
+    # The documented slower path works.
+    fns = [TextEnv, TextEnv, TextEnv]
+    ref = SyncVectorEnv(fns)
+    with FastVectorEnv(fns, num_workers=2, shared_memory=False) as env:
+        assert_same(ref.reset(seed=0), env.reset(seed=0))
+        assert_same(ref.step(np.array([0, 1, 0])), env.step(np.array([0, 1, 0])))
+
+
+def test_call_get_attr_set_attr_render():
+    fns = [lambda k=k: ToyEnv(max_len=k + 2, render_mode="rgb_array") for k in range(5)]
+    ref = SyncVectorEnv(fns)
+    with FastVectorEnv(fns, num_workers=2) as env:
+        ref.reset(seed=0)
+        env.reset(seed=0)
+        assert env.get_attr("max_len") == ref.get_attr("max_len") == (2, 3, 4, 5, 6)
+        env.set_attr("max_len", 50)
+        assert env.get_attr("max_len") == (50,) * 5
+        env.set_attr("max_len", [1, 2, 3, 4, 5])
+        assert env.get_attr("max_len") == (1, 2, 3, 4, 5)
+        with pytest.raises(ValueError, match="length equal"):
+            env.set_attr("max_len", [1, 2])
+        assert_same(env.call("render"), ref.call("render"))
+        assert_same(env.render(), ref.render())
+        assert env.np_random_seed == ref.np_random_seed
+        with pytest.raises(ValueError, match="use `step` directly"):
+            env.call("step", 0)
+
+
+def test_vector_env_attributes_match_sync():
+    fns = [lambda: gym.make("CartPole-v1") for _ in range(3)]
+    ref = SyncVectorEnv(fns)
+    with FastVectorEnv(fns, num_workers=2) as env:
+        assert isinstance(env, gym.vector.VectorEnv)
+        assert env.num_envs == 3
+        assert env.single_observation_space == ref.single_observation_space
+        assert env.observation_space == ref.observation_space
+        assert env.single_action_space == ref.single_action_space
+        assert env.action_space == ref.action_space
+        assert env.metadata == ref.metadata
+        assert env.render_mode == ref.render_mode
+        assert env.unwrapped is env
+
+
+def test_async_api():
+    from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
+
+    fns = toy_fns(4)
+    ref = SyncVectorEnv(fns)
+    with FastVectorEnv(fns, num_workers=2) as env:
+        env.reset_async(seed=2)
+        with pytest.raises(AlreadyPendingCallError):
+            env.step_async(np.zeros(4, dtype=np.int64))
+        assert_same(ref.reset(seed=2), env.reset_wait())
+        with pytest.raises(NoAsyncCallError):
+            env.step_wait()
+        actions = np.array([1, 2, 3, 4])
+        env.step_async(actions)
+        assert_same(ref.step(actions), env.step_wait(timeout=10))
+        env.call_async("max_len")
+        assert env.call_wait() == ref.get_attr("max_len")
+
+
+def test_step_wait_timeout():
+    import multiprocessing
+
+    fns = [lambda: ToyEnv(step_sleep=0.5) for _ in range(2)]
+    with FastVectorEnv(fns, num_workers=2) as env:
+        env.reset(seed=0)
+        env.step_async(np.array([0, 1]))
+        with pytest.raises(multiprocessing.TimeoutError):
+            env.step_wait(timeout=0.05)
+
+
+@pytest.mark.parametrize("bad, error, match", [
+    (np.zeros(3, dtype=np.int64), ValueError, r"shape \(3,\), expected \(4,\)"),
+    (np.zeros((4, 1), dtype=np.int64), ValueError, "shape"),
+    (np.zeros(4, dtype=np.float64), TypeError, "dtype float64"),
+    (np.array([0, 1, 7, 2]), ValueError, r"envs \[2\] are outside Discrete\(7\)"),
+    (np.array([0, -1, 1, 2]), ValueError, "outside"),
+])
+def test_bad_actions_are_rejected_before_reaching_workers(bad, error, match):
+    with FastVectorEnv(toy_fns(4), num_workers=2) as env:
+        env.reset(seed=0)
+        with pytest.raises(error, match=match):
+            env.step(bad)
+        # The env is still usable afterwards.
+        env.step(np.array([0, 1, 2, 3]))
+
+
+def test_bad_dict_actions():
+    with FastVectorEnv(toy_fns(2, act_space="dict"), num_workers=1) as env:
+        env.reset(seed=0)
+        with pytest.raises(ValueError, match="do not match the action space"):
+            env.step({"pos": np.zeros((2, 3), np.float32)})
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    ({"num_workers": 0}, ValueError),
+    ({"num_workers": 5}, ValueError),
+    ({"num_workers": 1.5}, TypeError),
+    ({"observation_mode": "nope"}, ValueError),
+    ({"autoreset_mode": "sometimes"}, ValueError),
+    ({"max_concurrency": 2}, TypeError),
+])
+def test_bad_constructor_arguments(kwargs, error):
+    with pytest.raises(error):
+        FastVectorEnv(toy_fns(4), **kwargs)
+
+
+def test_bad_env_fns():
+    with pytest.raises(TypeError, match="empty"):
+        FastVectorEnv([])
+    with pytest.raises(TypeError, match="not callable"):
+        FastVectorEnv([ToyEnv()])
+    with pytest.raises(TypeError, match="sequence"):
+        FastVectorEnv(3)
+
+
+def test_mismatched_spaces():
+    with pytest.raises(RuntimeError, match="observation space"):
+        FastVectorEnv([lambda: ToyEnv(obs_space="box"), lambda: ToyEnv(obs_space="discrete")], num_workers=2)
+    with pytest.raises(RuntimeError, match="action space"):
+        FastVectorEnv([lambda: ToyEnv(act_space="box"), lambda: ToyEnv(act_space="discrete")], num_workers=1)
+
+
+def test_disabled_mode_requires_reset_of_finished_envs():
+    fns = [lambda: ToyEnv(max_len=1) for _ in range(2)]
+    with FastVectorEnv(fns, num_workers=2, autoreset_mode=AutoresetMode.DISABLED) as env:
+        env.reset(seed=0)
+        env.step(np.array([0, 0]))
+        with pytest.raises(AssertionError, match="reset_mask"):
+            env.step(np.array([0, 0]))
+        env.reset(options={"reset_mask": np.array([True, True])})
+        env.step(np.array([0, 0]))
+
+
+@pytest.mark.parametrize("context", ["fork", "forkserver", "spawn"])
+def test_start_methods(context):
+    fns = toy_fns(3, obs_space="tuple")
+    ref = SyncVectorEnv(fns)
+    with FastVectorEnv(fns, num_workers=2, context=context) as env:
+        run_side_by_side(ref, env, seed=8, steps=15)
+
+
+def _shm_segments():
+    return {name for name in os.listdir("/dev/shm") if name.startswith("fastvec_")} if os.path.isdir("/dev/shm") else set()
+
+
+def test_close_ends_workers_and_unlinks_memory():
+    before = _shm_segments()
+    env = FastVectorEnv(toy_fns(4), num_workers=2)
+    processes = list(env._processes)
+    assert _shm_segments() - before
+    env.reset(seed=0)
+    env.close()
+    env.close()  # twice is fine
+    assert all(not p.is_alive() for p in processes)
+    assert _shm_segments() == before
+    from gymnasium.error import ClosedEnvironmentError
+
+    with pytest.raises(ClosedEnvironmentError):
+        env.step(np.zeros(4, dtype=np.int64))
+
+
+def test_garbage_collection_closes():
+    before = _shm_segments()
+    env = FastVectorEnv(toy_fns(2), num_workers=2)
+    processes = list(env._processes)
+    env.reset(seed=0)
+    del env
+    gc.collect()
+    for p in processes:
+        p.join(5)
+    assert all(not p.is_alive() for p in processes)
+    assert _shm_segments() == before
+
+
+def test_close_while_step_pending():
+    env = FastVectorEnv(toy_fns(2), num_workers=2)
+    env.reset(seed=0)
+    env.step_async(np.array([0, 1]))
+    env.close()
+    assert env.closed

@@ -1,0 +1,154 @@
+"""Small envs for the vector-env tests: every space kind, varying infos and episode lengths.
+
+They draw everything from ``self.np_random``, so two copies seeded alike
+produce identical trajectories in any backend.
+"""
+from __future__ import annotations
+
+import time
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+DICT_OBS = spaces.Dict(
+    {
+        "pos": spaces.Box(-1.0, 1.0, (3,), np.float32),
+        "grid": spaces.Box(0, 255, (2, 3), np.uint8),
+        "id": spaces.Discrete(5, start=2),
+        "inner": spaces.Dict({"md": spaces.MultiDiscrete([3, 4]), "mb": spaces.MultiBinary(3)}),
+    }
+)
+TUPLE_OBS = spaces.Tuple(
+    (spaces.Box(-np.inf, np.inf, (2,), np.float64), spaces.Discrete(3), spaces.Tuple((spaces.MultiBinary(2),)))
+)
+
+SPACES = {
+    "box": spaces.Box(-2.0, 2.0, (4,), np.float32),
+    "box_int": spaces.Box(-5, 5, (2, 2), np.int32),
+    "discrete": spaces.Discrete(7),
+    "multidiscrete": spaces.MultiDiscrete([2, 5, 3]),
+    "multibinary": spaces.MultiBinary(4),
+    "dict": DICT_OBS,
+    "tuple": TUPLE_OBS,
+}
+
+
+class ToyEnv(gym.Env):
+    """Random observations from ``obs_space``; episodes of random length; varied infos.
+
+    Args:
+        obs_space / act_space: names from :data:`SPACES`.
+        max_len: episodes last 1..max_len steps (termination), and are truncated
+            with probability ``trunc_prob`` per step.
+        info_prob: probability that a step returns a non-empty info (varied keys/types).
+        step_sleep: seconds to sleep in each step (uneven step times when random).
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
+
+    def __init__(self, obs_space="box", act_space="discrete", max_len=12, trunc_prob=0.05,
+                 info_prob=0.3, render_mode=None, step_sleep=0.0):
+        self.observation_space = SPACES[obs_space]
+        self.action_space = SPACES[act_space]
+        self.max_len = max_len
+        self.trunc_prob = trunc_prob
+        self.info_prob = info_prob
+        self.render_mode = render_mode
+        self.step_sleep = step_sleep
+        self.t = 0
+        self.length = 1
+        self.last_action = None
+
+    def _obs(self):
+        self.observation_space.seed(int(self.np_random.integers(2**31)))
+        return self.observation_space.sample()
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.length = int(self.np_random.integers(1, self.max_len + 1))
+        info = {}
+        if options and "tag" in options:
+            info["tag"] = options["tag"]
+        if self.np_random.random() < 0.5:
+            info["start"] = int(self.np_random.integers(100))
+        return self._obs(), info
+
+    def step(self, action):
+        assert self.action_space.contains(action), f"{action!r} not in {self.action_space}"
+        if self.step_sleep:
+            time.sleep(self.step_sleep)
+        self.t += 1
+        self.last_action = action
+        terminated = self.t >= self.length
+        truncated = (not terminated) and bool(self.np_random.random() < self.trunc_prob)
+        reward = float(self.np_random.normal()) + float(np.sum(np.asarray(_leaves(action)[0], dtype=np.float64)))
+        info = {}
+        u = self.np_random.random()
+        if u < self.info_prob:
+            kind = int(self.np_random.integers(4))
+            if kind == 0:
+                info["count"] = self.t
+            elif kind == 1:
+                info["value"] = float(self.np_random.normal())
+                info["vec"] = self.np_random.normal(size=2).astype(np.float32)
+            elif kind == 2:
+                info["nested"] = {"flag": bool(self.np_random.random() < 0.5), "name": f"t{self.t}"}
+            else:
+                info["count"] = self.t
+                info["obj"] = ("tuple", self.t)
+        return self._obs(), reward, terminated, truncated, info
+
+    def render(self):
+        if self.render_mode == "rgb_array":
+            return np.full((4, 4, 3), self.t % 256, dtype=np.uint8)
+        return None
+
+
+def _leaves(x):
+    if isinstance(x, dict):
+        return [leaf for v in x.values() for leaf in _leaves(v)]
+    if isinstance(x, tuple):
+        return [leaf for v in x for leaf in _leaves(v)]
+    return [x]
+
+
+class CrashEnv(gym.Env):
+    """Raises (or exits the process) at a chosen step, for the fault tests."""
+
+    observation_space = spaces.Box(-1, 1, (2,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, fail_at=3, how="raise", in_reset=False):
+        self.fail_at = fail_at
+        self.how = how
+        self.in_reset = in_reset
+        self.t = 0
+
+    def _fail(self):
+        import os
+        import signal
+
+        if self.how == "raise":
+            raise ValueError(f"boom at step {self.t}")
+        if self.how == "exit":
+            os._exit(3)
+        if self.how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.how == "hang":
+            time.sleep(3600)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        if self.in_reset:
+            self._fail()
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        if self.t >= self.fail_at:
+            self._fail()
+        return np.zeros(2, np.float32), 1.0, False, False, {}
+
