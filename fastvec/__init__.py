@@ -1,8 +1,14 @@
-"""fastvec: a fast drop-in vector-environment backend for Gymnasium."""
-from fastvec import spaces
-from fastvec.errors import WorkerDiedError, WorkerError
+"""fastvec: a fast drop-in vector-environment backend for Gymnasium.
+
+Importing fastvec makes ``gymnasium.make_vec(..., vectorization_mode="fastvec")``
+work (see :mod:`fastvec.registration`).
+"""
+from fastvec import registration, spaces
+from fastvec.errors import RemoteTraceback, WorkerDiedError, WorkerError
 from fastvec.vector.shared import FastVectorEnv
 
 __version__ = "0.1.0"
 
-__all__ = ["FastVectorEnv", "WorkerDiedError", "WorkerError", "spaces"]
+registration.install()
+
+__all__ = ["FastVectorEnv", "RemoteTraceback", "WorkerDiedError", "WorkerError", "registration", "spaces"]

@@ -1,0 +1,105 @@
+"""make_vec(..., vectorization_mode="fastvec") routing, and that other modes stay Gymnasium's."""
+from __future__ import annotations
+
+import gymnasium as gym
+import gymnasium.envs.registration as gym_registration
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.wrappers import TimeAwareObservation
+
+import fastvec
+from fastvec import FastVectorEnv
+from helpers import assert_same, run_side_by_side
+
+
+def test_wrap_is_installed_everywhere_and_idempotent():
+    wrapped = gym.make_vec
+    assert hasattr(wrapped, "_fastvec_original")
+    assert gym.envs.make_vec is wrapped and gym_registration.make_vec is wrapped
+    fastvec.registration.install()
+    fastvec.registration.install()
+    assert gym.make_vec is wrapped
+    fastvec.registration.uninstall()
+    try:
+        assert not hasattr(gym.make_vec, "_fastvec_original")
+        with pytest.raises(ValueError, match="Invalid vectorization mode"):
+            gym.make_vec("CartPole-v1", 2, vectorization_mode="fastvec")
+    finally:
+        fastvec.registration.install()
+    assert hasattr(gym.make_vec, "_fastvec_original")
+
+
+@pytest.mark.parametrize("mode", [None, "sync", "async", "vector_entry_point"])
+def test_other_modes_reach_gymnasium(mode):
+    envs = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode=mode)
+    try:
+        assert not isinstance(envs, FastVectorEnv)
+        assert envs.spec.kwargs["vectorization_mode"] == (mode or "vector_entry_point")
+    finally:
+        envs.close()
+
+
+def test_make_vec_fastvec_multiprocess_parity():
+    envs = gym.make_vec("CartPole-v1", num_envs=4, vectorization_mode="fastvec",
+                        vector_kwargs={"num_workers": 2, "native": False})
+    ref = gym.make_vec("CartPole-v1", num_envs=4, vectorization_mode="sync")
+    try:
+        assert isinstance(envs, FastVectorEnv) and envs.num_workers == 2
+        run_side_by_side(ref, envs, seed=3, steps=100)
+        assert envs.spec.id == "CartPole-v1"
+        assert envs.spec.kwargs == {"num_envs": 4, "vectorization_mode": "fastvec",
+                                    "vector_kwargs": {"num_workers": 2, "native": False}}
+    finally:
+        envs.close()
+
+
+def test_env_kwargs_wrappers_and_vector_kwargs_pass_through():
+    kwargs = dict(num_envs=3, wrappers=[TimeAwareObservation], max_episode_steps=7)
+    envs = gym.make_vec("MountainCar-v0", vectorization_mode="fastvec",
+                        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP, "num_workers": 3}, **kwargs)
+    ref = gym.make_vec("MountainCar-v0", vectorization_mode="sync",
+                       vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}, **kwargs)
+    try:
+        assert isinstance(envs, FastVectorEnv)
+        assert envs.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
+        assert envs.single_observation_space == ref.single_observation_space
+        run_side_by_side(ref, envs, seed=0, steps=20)
+        assert envs.spec.kwargs["max_episode_steps"] == 7
+        assert envs.spec.kwargs["wrappers"] == [TimeAwareObservation]
+    finally:
+        envs.close()
+
+
+def test_make_vec_from_spec_rebuilds_the_same_vector_env():
+    envs = gym.make_vec("Acrobot-v1", num_envs=3, vectorization_mode="fastvec",
+                        vector_kwargs={"num_workers": 2, "native": False})
+    try:
+        again = gym.make_vec(envs.spec)
+        try:
+            assert isinstance(again, FastVectorEnv)
+            assert again.num_envs == 3 and again.num_workers == 2
+            assert again.spec == envs.spec
+            assert_same(envs.reset(seed=1), again.reset(seed=1))
+        finally:
+            again.close()
+    finally:
+        envs.close()
+
+
+def test_mode_stored_in_a_registered_spec():
+    gym.register(id="FastvecCartPole-v0", entry_point="gymnasium.envs.classic_control:CartPoleEnv",
+                 max_episode_steps=50, kwargs={"vectorization_mode": "fastvec", "vector_kwargs": {"native": False}})
+    try:
+        envs = gym.make_vec("FastvecCartPole-v0", num_envs=2)
+        try:
+            assert isinstance(envs, FastVectorEnv)
+        finally:
+            envs.close()
+    finally:
+        del gym.registry["FastvecCartPole-v0"]
+
+
+def test_unknown_vector_kwargs_are_a_type_error():
+    with pytest.raises(TypeError, match=r"unknown vector_kwargs \['bogus'\]"):
+        gym.make_vec("CartPole-v1", 2, vectorization_mode="fastvec", vector_kwargs={"bogus": 1})
