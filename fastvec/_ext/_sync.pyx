@@ -11,6 +11,10 @@ memory (one 64-byte row per worker, so two workers never share a cache line):
     WORKER_SLEEPING / PARENT_SLEEPING  set by a waiter before it blocks, so the
               other side only pays for a wake-up syscall when someone sleeps
 
+The last row is shared by all: ANY_DONE counts finished commands (so the
+caller can block until *some* worker is done, for send/recv), ANY_SLEEPING
+says the caller sleeps on it.
+
 A wait spins for a short, bounded time (cheap when the other side answers
 within microseconds), then blocks: a futex on Linux, short sleeps elsewhere.
 Pure busy-waiting is not an option: with more processes than cores a spinner
@@ -34,6 +38,7 @@ cdef extern from * nogil:
 
     static inline uint32_t fv_load(uint32_t *p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
     static inline void fv_store(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_SEQ_CST); }
+    static inline void fv_increment(uint32_t *p) { __atomic_add_fetch(p, 1, __ATOMIC_SEQ_CST); }
 
     static inline void fv_pause(void) {
     #if defined(__x86_64__) || defined(__i386__)
@@ -74,12 +79,13 @@ cdef extern from * nogil:
     """
     uint32_t fv_load(uint32_t *p)
     void fv_store(uint32_t *p, uint32_t v)
+    void fv_increment(uint32_t *p)
     void fv_pause()
     double fv_now()
     void fv_block(uint32_t *p, uint32_t expected, double timeout_s)
     void fv_wake(uint32_t *p)
 
-# Word indices inside a worker's control row (kept in sync with _protocol.py).
+# Word indices inside a control row (kept in sync with _protocol.py).
 cdef enum:
     CMD_SEQ = 0
     CMD = 1
@@ -87,6 +93,9 @@ cdef enum:
     STATUS = 3
     WORKER_SLEEPING = 4
     PARENT_SLEEPING = 5
+    # words of the last (global) row
+    ANY_DONE = 0
+    ANY_SLEEPING = 1
 
 cdef extern from "<time.h>" nogil:
     ctypedef long time_t
@@ -145,35 +154,55 @@ cdef inline void _publish(uint32_t *word, uint32_t value, uint32_t *sleeping) no
 cdef int _wait_all_done(uint32_t[:, ::1] ctrl, const uint8_t[::1] active,
                         double spin_s, double deadline) noexcept nogil:
     cdef Py_ssize_t w
-    for w in range(ctrl.shape[0]):
+    for w in range(active.shape[0]):
         if active[w] and not _wait_equal(&ctrl[w, DONE_SEQ], fv_load(&ctrl[w, CMD_SEQ]),
                                          &ctrl[w, PARENT_SLEEPING], spin_s, deadline):
             return <int>w
     return -1
 
 
+cdef inline int _find_done(uint32_t[:, ::1] ctrl, const uint8_t[::1] pending) noexcept nogil:
+    cdef Py_ssize_t w
+    for w in range(pending.shape[0]):
+        if pending[w] and fv_load(&ctrl[w, DONE_SEQ]) == fv_load(&ctrl[w, CMD_SEQ]):
+            return <int>w
+    return -1
+
+
 cdef int _wait_any_done(uint32_t[:, ::1] ctrl, const uint8_t[::1] pending,
                         double spin_s, double deadline) noexcept nogil:
-    """Index of the first pending worker found done, or -1 on deadline."""
-    cdef Py_ssize_t w
+    """Index of a pending worker that is done, or -1 on deadline.
+
+    Reads the ANY_DONE counter before each scan: a worker finishing after the
+    scan has bumped it, so the futex (which sleeps only while the counter still
+    holds that value) cannot miss it.
+    """
+    cdef uint32_t *counter = &ctrl[ctrl.shape[0] - 1, ANY_DONE]
+    cdef uint32_t *sleeping = &ctrl[ctrl.shape[0] - 1, ANY_SLEEPING]
     cdef double start = fv_now(), now
-    cdef double sleep_s = 20e-6
-    cdef int i
+    cdef uint32_t seen
+    cdef int w, i
     while True:
         for i in range(16):
-            for w in range(ctrl.shape[0]):
-                if pending[w] and fv_load(&ctrl[w, DONE_SEQ]) == fv_load(&ctrl[w, CMD_SEQ]):
-                    return <int>w
+            w = _find_done(ctrl, pending)
+            if w >= 0:
+                return w
             fv_pause()
+        if fv_now() - start >= spin_s:
+            break
+    while True:
+        seen = fv_load(counter)
+        fv_store(sleeping, 1)
+        w = _find_done(ctrl, pending)
+        if w >= 0:
+            fv_store(sleeping, 0)
+            return w
         now = fv_now()
         if now >= deadline:
+            fv_store(sleeping, 0)
             return -1
-        if now - start >= spin_s:
-            # Several words to watch: no single futex fits, so back off with short sleeps.
-            _nap(sleep_s)
-            if sleep_s < 500e-6:
-                sleep_s *= 2
-
+        fv_block(counter, seen, deadline - now)
+        fv_store(sleeping, 0)
 
 
 def wait_all_done(uint32_t[:, ::1] ctrl not None, const uint8_t[::1] active not None,
@@ -183,8 +212,8 @@ def wait_all_done(uint32_t[:, ::1] ctrl not None, const uint8_t[::1] active not 
     Returns -1 when all are done, else the index of a worker still busy when
     ``timeout_s`` ran out (the caller checks it is alive and waits again).
     """
-    if active.shape[0] != ctrl.shape[0]:
-        raise ValueError(f"active has {active.shape[0]} entries, expected {ctrl.shape[0]}")
+    if active.shape[0] != ctrl.shape[0] - 1:
+        raise ValueError(f"active has {active.shape[0]} entries, expected {ctrl.shape[0] - 1}")
     cdef double deadline = fv_now() + timeout_s
     cdef int busy
     with nogil:
@@ -195,8 +224,8 @@ def wait_all_done(uint32_t[:, ::1] ctrl not None, const uint8_t[::1] active not 
 def wait_any_done(uint32_t[:, ::1] ctrl not None, const uint8_t[::1] pending not None,
                   double spin_s, double timeout_s):
     """Parent side: index of a pending worker that has finished, or -1 after ``timeout_s``."""
-    if pending.shape[0] != ctrl.shape[0]:
-        raise ValueError(f"pending has {pending.shape[0]} entries, expected {ctrl.shape[0]}")
+    if pending.shape[0] != ctrl.shape[0] - 1:
+        raise ValueError(f"pending has {pending.shape[0]} entries, expected {ctrl.shape[0] - 1}")
     cdef double deadline = fv_now() + timeout_s
     cdef int w
     with nogil:
@@ -206,8 +235,8 @@ def wait_any_done(uint32_t[:, ::1] ctrl not None, const uint8_t[::1] pending not
 
 def send_command(uint32_t[:, ::1] ctrl not None, Py_ssize_t worker, uint32_t command):
     """Parent side: hand ``worker`` a command; returns its sequence number."""
-    if not 0 <= worker < ctrl.shape[0]:
-        raise IndexError(f"worker {worker} out of range [0, {ctrl.shape[0]})")
+    if not 0 <= worker < ctrl.shape[0] - 1:
+        raise IndexError(f"worker {worker} out of range [0, {ctrl.shape[0] - 1})")
     cdef uint32_t seq
     with nogil:
         seq = fv_load(&ctrl[worker, CMD_SEQ]) + 1
@@ -247,6 +276,9 @@ def finish_command(uint32_t[:, ::1] ctrl not None, Py_ssize_t worker, uint32_t s
     with nogil:
         fv_store(&ctrl[worker, STATUS], status)
         _publish(&ctrl[worker, DONE_SEQ], seq, &ctrl[worker, PARENT_SLEEPING])
+        fv_increment(&ctrl[ctrl.shape[0] - 1, ANY_DONE])
+        if fv_load(&ctrl[ctrl.shape[0] - 1, ANY_SLEEPING]):
+            fv_wake(&ctrl[ctrl.shape[0] - 1, ANY_DONE])
 
 
 def status(uint32_t[:, ::1] ctrl not None, Py_ssize_t worker):

@@ -9,6 +9,8 @@ from enum import IntEnum
 
 # Word indices in a worker's control row (fastvec/_ext/_sync.pyx uses the same).
 CMD_SEQ, CMD, DONE_SEQ, STATUS, WORKER_SLEEPING, PARENT_SLEEPING = range(6)
+# Words in the last, shared row: finished-command counter, caller-sleeps-on-it flag.
+ANY_DONE, ANY_SLEEPING = range(2)
 ROW_WORDS = 16  # 64 bytes per worker: no two workers share a cache line
 
 

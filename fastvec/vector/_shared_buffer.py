@@ -46,7 +46,7 @@ def plan(num_envs: int, num_workers: int, obs_layout: Layout | None, act_layout:
         sections.append(section)
         offset += -(-max(section.nbytes, 1) // _ALIGN) * _ALIGN
 
-    add("ctrl", (num_workers, ROW_WORDS), np.uint32)
+    add("ctrl", (num_workers + 1, ROW_WORDS), np.uint32)  # + the shared row
     if obs_layout is not None:
         for k, leaf in enumerate(obs_layout.leaves):
             add(f"obs{k}", (num_envs, *leaf.shape), leaf.dtype)

@@ -94,6 +94,10 @@ class _Worker:
             self.current_env = self.first + j
             self.last_obs[j], info = env.reset(seed=seeds[j], options=options)
             self.autoreset[j] = False
+            # A reset is a transition with no reward (what send/recv returns for it).
+            self.rewards[j] = 0.0
+            self.terminations[j] = False
+            self.truncations[j] = False
             if info:
                 events.append((self.first + j, None, info))
         self.current_env = None

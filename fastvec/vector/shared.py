@@ -102,6 +102,11 @@ class FastVectorEnv(VectorEnv):
         observation_mode: ``"same"``, ``"different"``, or a ``(batched, single)``
             pair of spaces, as in AsyncVectorEnv.
         autoreset_mode: NEXT_STEP (default), SAME_STEP or DISABLED.
+        batch_size: envs returned per :meth:`recv` in async mode (EnvPool style);
+            default ``num_envs`` (synchronous ``step``). With ``batch_size <
+            num_envs`` the envs are stepped with :meth:`send` / :meth:`recv` and a
+            worker's envs always travel together, so ``num_envs`` must divide evenly
+            among the workers and ``batch_size`` be a multiple of the envs per worker.
         worker_spin_us / parent_spin_us: how long a waiting worker / the caller
             spins before it blocks. Spinning answers in microseconds but takes a
             core; blocking frees it.
@@ -124,6 +129,7 @@ class FastVectorEnv(VectorEnv):
         daemon: bool = True,
         observation_mode: str | tuple[Space, Space] = "same",
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        batch_size: int | None = None,
         worker_spin_us: float = 50.0,
         parent_spin_us: float = 20.0,
     ) -> None:
@@ -161,6 +167,21 @@ class FastVectorEnv(VectorEnv):
                 f"Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single and batch "
                 f"observation space, actual got {observation_mode}"
             )
+        if batch_size is None:
+            batch_size = self.num_envs
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
+            raise TypeError(f"batch_size must be an int, got {type(batch_size).__name__}")
+        if not 1 <= batch_size <= self.num_envs:
+            raise ValueError(f"batch_size must be in [1, num_envs={self.num_envs}], got {batch_size}")
+        if batch_size < self.num_envs:
+            per_worker = self.num_envs // self.num_workers
+            if self.num_envs % self.num_workers or batch_size % per_worker:
+                raise ValueError(
+                    f"async mode returns whole workers: num_envs={self.num_envs} must be a multiple of "
+                    f"num_workers={self.num_workers}, and batch_size={batch_size} a multiple of the envs per "
+                    f"worker ({self.num_envs / self.num_workers:g}); e.g. num_envs=16, num_workers=8, batch_size=8"
+                )
+        self.batch_size = int(batch_size)
         self._worker_spin_s = float(worker_spin_us) * 1e-6
         self._parent_spin_s = float(parent_spin_us) * 1e-6
         base, extra = divmod(self.num_envs, self.num_workers)
@@ -179,6 +200,10 @@ class FastVectorEnv(VectorEnv):
         self._pending: np.ndarray = np.zeros(self.num_workers, dtype=np.uint8)
         self._all_workers = np.ones(self.num_workers, dtype=np.uint8)
         self._autoreset_envs = np.zeros(self.num_envs, dtype=np.bool_)
+        # send/recv bookkeeping: workers with a command out, and workers handed back by recv.
+        self._inflight = np.zeros(self.num_workers, dtype=np.uint8)
+        self._ready = np.ones(self.num_workers, dtype=np.uint8)
+        self._worker_of_env = np.repeat(np.arange(self.num_workers), np.diff([0, *self._stops]))
 
     # -- construction ------------------------------------------------------------------
     def _start_workers(self, ctx) -> None:
@@ -307,6 +332,13 @@ class FastVectorEnv(VectorEnv):
                 f"Calling `step_async` while waiting for a pending call to `{self._state.value}` to complete.",
                 str(self._state.value),
             )
+        if self.batch_size < self.num_envs:
+            raise RuntimeError(
+                f"this FastVectorEnv has batch_size={self.batch_size} < num_envs={self.num_envs}: "
+                "step it with send(actions, env_ids) / recv()"
+            )
+        if self._inflight.any():
+            raise AlreadyPendingCallError("send/recv has commands in flight: recv() them first", "recv")
         if self.autoreset_mode == AutoresetMode.DISABLED and self._autoreset_envs.any():
             envs = np.flatnonzero(self._autoreset_envs).tolist()
             raise AssertionError(
@@ -337,7 +369,11 @@ class FastVectorEnv(VectorEnv):
             infos,
         )
 
-    def _write_actions(self, actions) -> None:
+    def _write_actions(self, actions, rows: np.ndarray | None = None) -> None:
+        """Check ``actions`` against the action space and write them into the shared slabs.
+
+        ``rows``: env indices the actions are for (send/recv); default all envs.
+        """
         if self._act_layout.is_leaf:
             values = (actions,)
         else:
@@ -347,10 +383,11 @@ class FastVectorEnv(VectorEnv):
                 raise ValueError(f"actions do not match the action space {self.action_space}: {exc!r}") from None
         for leaf, slab, check, value in zip(self._act_layout.leaves, self._act_slabs, self._act_checks, values):
             value = np.asarray(value)
-            if value.shape != slab.shape:
+            expected = slab.shape if rows is None else (len(rows), *slab.shape[1:])
+            if value.shape != expected:
                 raise ValueError(
-                    f"actions{_path(leaf.path)} have shape {value.shape}, expected {slab.shape} "
-                    f"(num_envs={self.num_envs}, single action space {leaf.space})"
+                    f"actions{_path(leaf.path)} have shape {value.shape}, expected {expected} "
+                    f"({expected[0]} envs, single action space {leaf.space})"
                 )
             if not np.can_cast(value.dtype, slab.dtype, casting="same_kind"):
                 raise TypeError(
@@ -359,7 +396,10 @@ class FastVectorEnv(VectorEnv):
                 )
             if check is not None:
                 check(value, _path(leaf.path))
-            np.copyto(slab, value, casting="same_kind")
+            if rows is None:
+                np.copyto(slab, value, casting="same_kind")
+            else:
+                slab[rows] = value
 
     def _take_replies(self, replies) -> dict[str, Any]:
         """Vector infos from the workers' events, in env order; pipe-borne observations kept."""
@@ -487,6 +527,7 @@ class FastVectorEnv(VectorEnv):
                 raise ValueError(
                     f"If seeds are passed as a list the length must match num_envs={self.num_envs} but got length={len(seeds)}."
                 )
+        self._drain()
         mask = None
         if options is not None:
             options = dict(options)  # the caller's dict is left as it was
@@ -517,6 +558,134 @@ class FastVectorEnv(VectorEnv):
         self._state = _State.DEFAULT
         infos = self._take_replies(replies)
         return self._observations(), infos
+
+    # -- async: send / recv ------------------------------------------------------------
+    def async_reset(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
+        """Start resetting every env; their first observations come from :meth:`recv` (EnvPool API)."""
+        self.reset_async(seed=seed, options=options)
+        self._inflight = self._pending.copy()
+        self._ready[:] = 0
+        self._state = _State.DEFAULT
+
+    def send(self, actions, env_ids=None) -> None:
+        """Start stepping the envs ``env_ids`` with ``actions`` (rows in ``env_ids`` order).
+
+        ``env_ids`` (default: every env handed back by the last :meth:`recv`, or all
+        envs after :meth:`reset`) must be whole workers' envs that are not already
+        stepping: in practice, the ``env_id`` of one or more earlier ``recv`` results.
+        """
+        self._assert_is_running()
+        if self._state is not _State.DEFAULT:
+            raise AlreadyPendingCallError(
+                f"Calling `send` while waiting for a pending call to `{self._state.value}` to complete.",
+                str(self._state.value),
+            )
+        if env_ids is None:
+            workers = np.flatnonzero(self._ready)
+            env_ids = np.concatenate([np.arange(self._starts[w], self._stops[w]) for w in workers]) if len(workers) else np.zeros(0, np.int64)
+        env_ids = np.asarray(env_ids)
+        if env_ids.ndim != 1 or env_ids.dtype.kind not in "iu" or len(env_ids) == 0:
+            raise ValueError(f"env_ids must be a non-empty 1-D integer array, got {env_ids!r}")
+        if env_ids.min() < 0 or env_ids.max() >= self.num_envs or len(np.unique(env_ids)) != len(env_ids):
+            raise ValueError(f"env_ids must be distinct env indices in [0, {self.num_envs}), got {env_ids.tolist()}")
+        workers = np.unique(self._worker_of_env[env_ids])
+        sizes = sum(self._stops[w] - self._starts[w] for w in workers)
+        if sizes != len(env_ids):
+            raise ValueError(
+                f"env_ids {env_ids.tolist()} split workers: send whole workers' envs "
+                f"(worker ranges {[(self._starts[w], self._stops[w] - 1) for w in workers.tolist()]})"
+            )
+        busy = [int(w) for w in workers if self._inflight[w]]
+        if busy:
+            raise ValueError(f"envs of workers {busy} are still stepping: recv() them before sending them new actions")
+        self._write_actions(actions, rows=env_ids)
+        for w in workers.tolist():
+            _sync.send_command(self._ctrl, w, Command.STEP)
+            self._inflight[w] = 1
+            self._ready[w] = 0
+
+    def recv(self, timeout: float | None = None):
+        """Wait for ``batch_size`` envs to finish; returns their (obs, rewards, terminations, truncations, infos).
+
+        ``infos["env_id"]`` holds the env indices of the rows, in order (whole
+        workers, by worker index). Rewards are 0 and flags False for envs whose
+        last command was a reset. Raises ``TimeoutError`` after ``timeout`` seconds.
+        """
+        self._assert_is_running()
+        if not self._inflight.any():
+            raise NoAsyncCallError("Calling `recv` with nothing sent: call `send` or `async_reset` first.", "recv")
+        deadline = None if timeout is None else time.perf_counter() + timeout
+        want = min(self.batch_size, sum(self._stops[w] - self._starts[w] for w in np.flatnonzero(self._inflight)))
+        got: list[int] = []
+        count = 0
+        pending = self._inflight.copy()
+        while count < want:
+            chunk = LIVENESS_INTERVAL if deadline is None else max(0.0, min(LIVENESS_INTERVAL, deadline - time.perf_counter()))
+            w = _sync.wait_any_done(self._ctrl, pending, self._parent_spin_s, chunk)
+            if w < 0:
+                for v in np.flatnonzero(pending).tolist():
+                    self._check_alive(v)
+                if deadline is not None and time.perf_counter() >= deadline:
+                    raise multiprocessing.TimeoutError(f"The call to `recv` has timed out after {timeout} second(s).")
+                continue
+            pending[w] = 0
+            got.append(w)
+            count += self._stops[w] - self._starts[w]
+        got.sort()
+        replies = []
+        for w in got:
+            status = _sync.status(self._ctrl, w)
+            self._inflight[w] = 0
+            self._ready[w] = 1
+            if status == Status.OK:
+                continue
+            message = self._recv(w)
+            if status == Status.ERROR:
+                self._raise_remote(w, message)
+            replies.append((w, message))
+        env_ids = np.concatenate([np.arange(self._starts[w], self._stops[w]) for w in got])
+        batch = _BatchInfos(len(env_ids))
+        position = {int(e): k for k, e in enumerate(env_ids)}
+        for w, (obs_list, events) in replies:
+            if obs_list is not None:
+                self._env_obs[self._starts[w]:self._stops[w]] = obs_list
+            for env_index, final, info in events or ():
+                if final is not None:
+                    batch.add({"final_obs": final[0], "final_info": final[1]}, position[env_index])
+                if info:
+                    batch.add(info, position[env_index])
+        infos = batch.infos
+        infos["env_id"] = env_ids
+        contiguous = len(got) == got[-1] - got[0] + 1
+        rows = slice(self._starts[got[0]], self._stops[got[-1]]) if contiguous else env_ids
+        return (
+            self._observation_rows(rows),
+            self._rewards[rows].copy() if contiguous else self._rewards[rows],
+            self._terminations[rows].copy() if contiguous else self._terminations[rows],
+            self._truncations[rows].copy() if contiguous else self._truncations[rows],
+            infos,
+        )
+
+    def _observation_rows(self, rows):
+        if self._obs_layout is None:
+            items = [self._env_obs[i] for i in np.arange(self.num_envs)[rows]]
+            out = create_empty_array(self.single_observation_space, n=len(items), fn=np.zeros)
+            return concatenate(self.single_observation_space, items, out)
+        if isinstance(rows, slice) and not self.copy:
+            leaves = [slab[rows] for slab in self._obs_slabs]  # zero-copy views
+        else:
+            leaves = [slab[rows].copy() if isinstance(rows, slice) else slab[rows] for slab in self._obs_slabs]
+        return self._obs_layout.join(leaves)
+
+    def _drain(self) -> None:
+        """Wait out send/recv commands still in flight (their results are dropped)."""
+        if not self._inflight.any():
+            return
+        self._pending = self._inflight.copy()
+        for w, message in self._wait(None, "recv"):
+            pass
+        self._inflight[:] = 0
+        self._ready[:] = 1
 
     # -- call / attributes ------------------------------------------------------------------
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
@@ -659,6 +828,19 @@ def _finalize(processes, pipes, buffers, timeout: float = 0.0) -> None:
         if buffer is not None:
             buffer.close()
             buffer.unlink()
+
+
+class _BatchInfos:
+    """Builds vector infos for a recv batch: VectorEnv._add_info over ``num_envs`` rows."""
+
+    _add_info = VectorEnv._add_info
+
+    def __init__(self, num_envs: int):
+        self.num_envs = num_envs
+        self.infos: dict[str, Any] = {}
+
+    def add(self, info: dict, row: int) -> None:
+        self.infos = self._add_info(self.infos, info, row)
 
 
 def _path(path: tuple) -> str:

@@ -1,0 +1,144 @@
+"""send/recv with surplus envs (batch_size < num_envs): per-env results equal a synchronous run."""
+from __future__ import annotations
+
+import multiprocessing
+
+import numpy as np
+import pytest
+from gymnasium.error import NoAsyncCallError
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from fastvec import FastVectorEnv
+from helpers import assert_same
+from toy_envs import ToyEnv
+
+
+def _fns(n, **kwargs):
+    # Uneven step times, so workers finish in varying order.
+    return [lambda k=k: ToyEnv(max_len=4 + k % 5, step_sleep=0.0005 * (k % 3), **kwargs) for k in range(n)]
+
+
+def _per_env_replay(fns, seed, env_id, actions, mode):
+    """What a synchronous single-env vector env gives for the same seed and actions."""
+    ref = SyncVectorEnv([fns[env_id]], autoreset_mode=mode)
+    out = [ref.reset(seed=seed + env_id)]
+    for a in actions:
+        out.append(ref.step(a[None]))
+    return out
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+@pytest.mark.parametrize("obs_space", ["box", "dict"])
+def test_send_recv_per_env_equals_sync(mode, obs_space):
+    n, workers, batch = 8, 4, 4
+    fns = _fns(n, obs_space=obs_space)
+    seed = 100
+    got = {i: [] for i in range(n)}
+    sent = {i: [] for i in range(n)}
+    rng = np.random.default_rng(0)
+    with FastVectorEnv(fns, num_workers=workers, batch_size=batch, autoreset_mode=mode) as env:
+        env.async_reset(seed=seed)
+        for _ in range(120):
+            obs, rew, term, trunc, infos = env.recv()
+            ids = infos["env_id"]
+            assert len(ids) == batch
+            for k, i in enumerate(ids):
+                row = _row(obs, k)
+                row_infos = _info_row(infos, k)
+                got[int(i)].append((row, rew[k], term[k], trunc[k], row_infos))
+            actions = rng.integers(0, 7, size=len(ids))
+            for k, i in enumerate(ids):
+                sent[int(i)].append(actions[k])
+            env.send(actions, ids)
+        env.recv()
+    for i in range(n):
+        assert len(got[i]) >= 5, f"env {i} starved: {len(got[i])} results"
+        # Every result but the first answers an action sent, in order.
+        ref = _per_env_replay(fns, seed, i, sent[i][: len(got[i]) - 1], mode)
+        for t, (mine, theirs) in enumerate(zip(got[i], ref)):
+            if t == 0:
+                assert_same(theirs[0], _batch1(mine[0]), f"env {i} reset obs")
+                continue
+            r_obs, r_rew, r_term, r_trunc, r_info = theirs
+            assert_same(_row(r_obs, 0), mine[0], f"env {i} step {t} obs")
+            assert r_rew[0] == mine[1] and r_term[0] == mine[2] and r_trunc[0] == mine[3], f"env {i} step {t}"
+            assert_same(_info_row(r_info, 0), mine[4], f"env {i} step {t} infos")
+
+
+def _row(obs, k):
+    if isinstance(obs, dict):
+        return {key: _row(v, k) for key, v in obs.items()}
+    return obs[k]
+
+
+def _batch1(row):
+    if isinstance(row, dict):
+        return {key: _batch1(v) for key, v in row.items()}
+    return np.asarray(row)[None]
+
+
+def _info_row(infos, k):
+    out = {}
+    for key, value in infos.items():
+        if key.startswith("_") or key == "env_id":
+            continue
+        mask = infos.get(f"_{key}")
+        if isinstance(value, dict):
+            if mask is not None and mask[k]:
+                out[key] = _info_row(value, k)
+        elif mask is not None and mask[k]:
+            out[key] = value[k]
+    return out
+
+
+def test_recv_returns_whole_workers_and_zero_copy_when_contiguous():
+    fns = [lambda: ToyEnv(max_len=50) for _ in range(6)]
+    with FastVectorEnv(fns, num_workers=3, batch_size=6, copy=False) as env:
+        env.async_reset(seed=0)
+        obs, rew, term, trunc, infos = env.recv()
+        np.testing.assert_array_equal(infos["env_id"], np.arange(6))
+        env.send(np.zeros(6, np.int64), infos["env_id"])
+        obs2, *_ = env.recv()
+        assert np.shares_memory(obs, obs2)
+
+
+def test_send_validation():
+    with FastVectorEnv(_fns(4), num_workers=2, batch_size=2) as env:
+        env.async_reset(seed=0)
+        obs, rew, term, trunc, infos = env.recv()
+        ids = infos["env_id"]
+        with pytest.raises(ValueError, match="split workers"):
+            env.send(np.zeros(1, np.int64), ids[:1])
+        other = np.setdiff1d(np.arange(4), ids)
+        with pytest.raises(ValueError, match="still stepping"):
+            env.send(np.zeros(2, np.int64), other)
+        with pytest.raises(ValueError, match="shape"):
+            env.send(np.zeros(3, np.int64), ids)
+        with pytest.raises(RuntimeError, match="send"):
+            env.step(np.zeros(4, np.int64))
+        env.send(np.zeros(2, np.int64), ids)
+        # reset() waits out what is in flight and resets everything.
+        obs, infos = env.reset(seed=1)
+        assert obs.shape == (4, 4)
+        env.send(np.zeros(4, np.int64))
+        assert len(env.recv()[4]["env_id"]) == 2
+
+
+def test_recv_without_send_and_timeout():
+    with FastVectorEnv([lambda: ToyEnv(step_sleep=0.5) for _ in range(2)], num_workers=2, batch_size=1) as env:
+        env.reset(seed=0)
+        with pytest.raises(NoAsyncCallError):
+            env.recv()
+        env.send(np.zeros(2, np.int64), [0, 1])
+        with pytest.raises(multiprocessing.TimeoutError):
+            env.recv(timeout=0.05)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"num_workers": 3, "batch_size": 2},  # 8 envs do not split over 3 workers
+    {"num_workers": 4, "batch_size": 3},  # 3 is not a multiple of 2 envs per worker
+    {"num_workers": 2, "batch_size": 0},
+])
+def test_bad_batch_size(kwargs):
+    with pytest.raises(ValueError):
+        FastVectorEnv(_fns(8), **kwargs)
