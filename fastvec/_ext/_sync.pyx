@@ -161,15 +161,17 @@ cdef int _wait_all_done(uint32_t[:, ::1] ctrl, const uint8_t[::1] active,
     return -1
 
 
-cdef inline int _find_done(uint32_t[:, ::1] ctrl, const uint8_t[::1] pending) noexcept nogil:
-    cdef Py_ssize_t w
-    for w in range(pending.shape[0]):
+cdef inline int _find_done(uint32_t[:, ::1] ctrl, const uint8_t[::1] pending, Py_ssize_t start) noexcept nogil:
+    """First pending worker that is done, scanning round-robin from ``start`` (no starvation)."""
+    cdef Py_ssize_t k, w, n = pending.shape[0]
+    for k in range(n):
+        w = (start + k) % n
         if pending[w] and fv_load(&ctrl[w, DONE_SEQ]) == fv_load(&ctrl[w, CMD_SEQ]):
             return <int>w
     return -1
 
 
-cdef int _wait_any_done(uint32_t[:, ::1] ctrl, const uint8_t[::1] pending,
+cdef int _wait_any_done(uint32_t[:, ::1] ctrl, const uint8_t[::1] pending, Py_ssize_t first,
                         double spin_s, double deadline) noexcept nogil:
     """Index of a pending worker that is done, or -1 on deadline.
 
@@ -184,7 +186,7 @@ cdef int _wait_any_done(uint32_t[:, ::1] ctrl, const uint8_t[::1] pending,
     cdef int w, i
     while True:
         for i in range(16):
-            w = _find_done(ctrl, pending)
+            w = _find_done(ctrl, pending, first)
             if w >= 0:
                 return w
             fv_pause()
@@ -193,7 +195,7 @@ cdef int _wait_any_done(uint32_t[:, ::1] ctrl, const uint8_t[::1] pending,
     while True:
         seen = fv_load(counter)
         fv_store(sleeping, 1)
-        w = _find_done(ctrl, pending)
+        w = _find_done(ctrl, pending, first)
         if w >= 0:
             fv_store(sleeping, 0)
             return w
@@ -222,14 +224,18 @@ def wait_all_done(uint32_t[:, ::1] ctrl not None, const uint8_t[::1] active not 
 
 
 def wait_any_done(uint32_t[:, ::1] ctrl not None, const uint8_t[::1] pending not None,
-                  double spin_s, double timeout_s):
-    """Parent side: index of a pending worker that has finished, or -1 after ``timeout_s``."""
+                  Py_ssize_t start, double spin_s, double timeout_s):
+    """Parent side: index of a pending worker that has finished, or -1 after ``timeout_s``.
+
+    The scan starts at worker ``start``; passing the worker after the last one
+    returned keeps a fast worker from starving the others.
+    """
     if pending.shape[0] != ctrl.shape[0] - 1:
         raise ValueError(f"pending has {pending.shape[0]} entries, expected {ctrl.shape[0] - 1}")
     cdef double deadline = fv_now() + timeout_s
     cdef int w
     with nogil:
-        w = _wait_any_done(ctrl, pending, spin_s, deadline)
+        w = _wait_any_done(ctrl, pending, start % pending.shape[0], spin_s, deadline)
     return w
 
 

@@ -135,15 +135,40 @@ class _Worker:
         if self.obs_slabs is None:
             # No shared observation buffer (shared_memory=False): observations go on the pipe.
             return Status.MESSAGE, (list(self.last_obs), events)
-        if self.obs_layout.is_leaf:
-            np.stack(self.last_obs, axis=0, out=self.obs_slabs[0])
-        else:
-            per_leaf = zip(*(self.obs_layout.split(obs) for obs in self.last_obs))
-            for slab, values in zip(self.obs_slabs, per_leaf):
-                np.stack(values, axis=0, out=slab)
+        try:
+            if self.obs_layout.is_leaf:
+                np.stack(self.last_obs, axis=0, out=self.obs_slabs[0])
+            else:
+                per_leaf = zip(*(self.obs_layout.split(obs) for obs in self.last_obs))
+                for slab, values in zip(self.obs_slabs, per_leaf):
+                    np.stack(values, axis=0, out=slab)
+        except Exception as exc:
+            self._explain_bad_observation(exc)
+            raise
         if events:
             return Status.MESSAGE, (None, events)
         return Status.OK, None
+
+
+    def _explain_bad_observation(self, exc: Exception) -> None:
+        """Name the env whose observation does not fit the observation space, if one does not."""
+        for j, obs in enumerate(self.last_obs):
+            try:
+                values = self.obs_layout.split(obs)
+            except (KeyError, IndexError, TypeError):
+                self.current_env = self.first + j
+                raise ValueError(
+                    f"env {self.first + j} returned an observation {obs!r} that does not match "
+                    f"its observation space {self.obs_layout.space}"
+                ) from exc
+            for leaf, value in zip(self.obs_layout.leaves, values):
+                value = np.asarray(value)
+                if value.shape != leaf.shape or not np.can_cast(value.dtype, leaf.dtype, "same_kind"):
+                    self.current_env = self.first + j
+                    raise ValueError(
+                        f"env {self.first + j} returned an observation with shape {value.shape} and dtype "
+                        f"{value.dtype} for {leaf.space} (expected shape {leaf.shape}, dtype {leaf.dtype})"
+                    ) from exc
 
 
 def _parent_alive(parent_pid: int) -> bool:

@@ -203,6 +203,7 @@ class FastVectorEnv(VectorEnv):
         # send/recv bookkeeping: workers with a command out, and workers handed back by recv.
         self._inflight = np.zeros(self.num_workers, dtype=np.uint8)
         self._ready = np.ones(self.num_workers, dtype=np.uint8)
+        self._next_worker = 0  # where recv's round-robin scan starts
         self._worker_of_env = np.repeat(np.arange(self.num_workers), np.diff([0, *self._stops]))
 
     # -- construction ------------------------------------------------------------------
@@ -621,7 +622,7 @@ class FastVectorEnv(VectorEnv):
         pending = self._inflight.copy()
         while count < want:
             chunk = LIVENESS_INTERVAL if deadline is None else max(0.0, min(LIVENESS_INTERVAL, deadline - time.perf_counter()))
-            w = _sync.wait_any_done(self._ctrl, pending, self._parent_spin_s, chunk)
+            w = _sync.wait_any_done(self._ctrl, pending, self._next_worker, self._parent_spin_s, chunk)
             if w < 0:
                 for v in np.flatnonzero(pending).tolist():
                     self._check_alive(v)
@@ -629,6 +630,7 @@ class FastVectorEnv(VectorEnv):
                     raise multiprocessing.TimeoutError(f"The call to `recv` has timed out after {timeout} second(s).")
                 continue
             pending[w] = 0
+            self._next_worker = w + 1
             got.append(w)
             count += self._stops[w] - self._starts[w]
         got.sort()

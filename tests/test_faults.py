@@ -1,0 +1,262 @@
+"""Fault suite: every failure surfaces as a clear exception within a bound, and nothing leaks.
+
+Each case checks: the exception type and message (env index, cause), the time to
+it (< 5 s), and that no worker process and no shared-memory segment is left.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.error import ClosedEnvironmentError, ResetNeeded
+
+from fastvec import FastVectorEnv, RemoteTraceback, WorkerDiedError
+from toy_envs import CrashEnv, ToyEnv
+
+BOUND_S = 5.0
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def shm_segments() -> set:
+    return {n for n in os.listdir("/dev/shm") if n.startswith("fastvec_")} if os.path.isdir("/dev/shm") else set()
+
+
+@pytest.fixture
+def leak_check():
+    """Yields a list to put envs in; afterwards asserts their workers and memory are gone."""
+    before = shm_segments()
+    envs = []
+    yield envs
+    for env in envs:
+        for p in env._processes:
+            p.join(BOUND_S)
+            assert not p.is_alive(), f"worker {p.pid} still alive"
+    assert shm_segments() == before, "shared memory left behind"
+
+
+def _fns(n, crash_env, **kwargs):
+    return [(lambda k=k: crash_env(**kwargs) if k == n - 1 else CrashEnv(fail_at=10**9)) for k in range(n)]
+
+
+def _timed(fn):
+    start = time.perf_counter()
+    try:
+        fn()
+    finally:
+        elapsed = time.perf_counter() - start
+        assert elapsed < BOUND_S, f"took {elapsed:.2f} s"
+
+
+def test_env_raises_in_step(leak_check):
+    env = FastVectorEnv(_fns(4, CrashEnv, fail_at=2), num_workers=2)
+    leak_check.append(env)
+    env.reset(seed=0)
+    env.step(np.zeros(4, np.int64))
+    with pytest.raises(ValueError, match="boom at step 2") as info:
+        _timed(lambda: env.step(np.zeros(4, np.int64)))
+    assert info.value.env_index == 3
+    assert any("env 3" in note for note in getattr(info.value, "__notes__", ["env 3"]))
+    assert isinstance(info.value.__cause__, RemoteTraceback)
+    assert "CrashEnv" in info.value.__cause__.text or "_fail" in info.value.__cause__.text
+    assert env.closed
+    with pytest.raises(ClosedEnvironmentError):
+        env.step(np.zeros(4, np.int64))
+
+
+def test_env_raises_in_reset(leak_check):
+    env = FastVectorEnv(_fns(3, CrashEnv, in_reset=True), num_workers=3)
+    leak_check.append(env)
+    with pytest.raises(ValueError, match="boom") as info:
+        _timed(lambda: env.reset(seed=0))
+    assert info.value.env_index == 2
+
+
+def test_env_raises_in_constructor():
+    def bad():
+        raise RuntimeError("cannot build this env")
+
+    before = shm_segments()
+    start = time.perf_counter()
+    with pytest.raises(RuntimeError, match="cannot build this env") as info:
+        FastVectorEnv([lambda: CrashEnv(), bad, lambda: CrashEnv()], num_workers=3)
+    assert time.perf_counter() - start < BOUND_S
+    assert info.value.env_index == 1
+    assert shm_segments() == before
+
+
+@pytest.mark.parametrize("how", ["exit", "kill"])
+def test_worker_dies_mid_step(how, leak_check):
+    env = FastVectorEnv(_fns(4, CrashEnv, fail_at=2, how=how), num_workers=2)
+    leak_check.append(env)
+    env.reset(seed=0)
+    env.step(np.zeros(4, np.int64))
+    expected = "exited with code 3" if how == "exit" else "was killed by signal SIGKILL"
+    with pytest.raises(WorkerDiedError, match=rf"worker 1 \(envs 2..3\) {expected}"):
+        _timed(lambda: env.step(np.zeros(4, np.int64)))
+    assert env.closed
+
+
+def test_worker_killed_while_idle(leak_check):
+    env = FastVectorEnv([lambda: CrashEnv(fail_at=10**9) for _ in range(4)], num_workers=2)
+    leak_check.append(env)
+    env.reset(seed=0)
+    os.kill(env._processes[0].pid, signal.SIGKILL)
+    env._processes[0].join(BOUND_S)
+    with pytest.raises(WorkerDiedError, match="worker 0"):
+        _timed(lambda: env.step(np.zeros(4, np.int64)))
+
+
+def test_hung_env_times_out_and_close_terminates(leak_check):
+    env = FastVectorEnv(_fns(2, CrashEnv, fail_at=1, how="hang"), num_workers=2)
+    leak_check.append(env)
+    env.reset(seed=0)
+    env.step_async(np.zeros(2, np.int64))
+    import multiprocessing
+
+    with pytest.raises(multiprocessing.TimeoutError):
+        _timed(lambda: env.step_wait(timeout=0.2))
+    _timed(lambda: env.close(timeout=0.5))
+
+
+class WrongObsEnv(CrashEnv):
+    def __init__(self, shape=(3,), dtype=np.float32):
+        super().__init__()
+        self.shape, self.dtype = shape, dtype
+
+    def step(self, action):
+        return np.zeros(self.shape, self.dtype), 0.0, False, False, {}
+
+
+@pytest.mark.parametrize("shape, dtype", [((3,), np.float32), ((2,), np.complex128), ((2, 1), np.float32)])
+def test_env_returns_wrong_observation(shape, dtype, leak_check):
+    fns = [lambda: CrashEnv(fail_at=10**9), lambda: WrongObsEnv(shape, dtype)]
+    env = FastVectorEnv(fns, num_workers=1)
+    leak_check.append(env)
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"env 1 returned an observation with shape"):
+        _timed(lambda: env.step(np.zeros(2, np.int64)))
+
+
+def test_step_before_reset_is_gymnasiums_reset_needed(leak_check):
+    env = FastVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(2)], num_workers=2)
+    leak_check.append(env)
+    with pytest.raises(ResetNeeded) as info:
+        _timed(lambda: env.step(np.zeros(2, np.int64)))
+    assert info.value.env_index == 0
+
+
+def test_non_picklable_constructor_with_spawn():
+    lock = threading.Lock()
+    before = shm_segments()
+    with pytest.raises(TypeError, match="picklable"):
+        FastVectorEnv([lambda: (lock, ToyEnv())[1] for _ in range(2)], num_workers=2, context="spawn")
+    assert shm_segments() == before
+
+
+def test_use_after_close_and_close_twice(leak_check):
+    env = FastVectorEnv([lambda: ToyEnv() for _ in range(2)], num_workers=2)
+    leak_check.append(env)
+    env.close()
+    env.close()
+    for call in (lambda: env.reset(), lambda: env.step(np.zeros(2, np.int64)), lambda: env.call("t"),
+                 lambda: env.get_attr("t"), lambda: env.set_attr("t", 1)):
+        with pytest.raises(ClosedEnvironmentError):
+            call()
+
+
+def _run_script(body: str, timeout: float = 30.0) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]))
+    script = textwrap.dedent(body)
+    return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie counts as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _wait_gone(pids, bound=BOUND_S):
+    deadline = time.time() + bound
+    while time.time() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.05)
+    return [p for p in pids if _alive(p)]
+
+
+def test_ctrl_c_in_parent_mid_step():
+    before = shm_segments()
+    proc = _run_script("""
+        import os, sys, numpy as np
+        from fastvec import FastVectorEnv
+        from toy_envs import ToyEnv
+        env = FastVectorEnv([lambda: ToyEnv(step_sleep=2.0) for _ in range(2)], num_workers=2)
+        env.reset(seed=0)
+        print(" ".join(str(p.pid) for p in env._processes), flush=True)
+        try:
+            env.step(np.zeros(2, np.int64))
+        except KeyboardInterrupt:
+            print("KeyboardInterrupt", flush=True)
+            raise
+    """)
+    pids = [int(p) for p in proc.stdout.readline().split()]
+    time.sleep(0.3)
+    start = time.perf_counter()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert "KeyboardInterrupt" in out, err
+    assert time.perf_counter() - start < BOUND_S
+    assert not _wait_gone(pids), "workers outlived the interrupted parent"
+    assert shm_segments() == before
+
+
+def test_parent_killed_workers_exit():
+    before = shm_segments()
+    proc = _run_script("""
+        import time
+        from fastvec import FastVectorEnv
+        from toy_envs import ToyEnv
+        env = FastVectorEnv([lambda: ToyEnv() for _ in range(4)], num_workers=2)
+        env.reset(seed=0)
+        print(" ".join(str(p.pid) for p in env._processes), flush=True)
+        time.sleep(60)
+    """)
+    pids = [int(p) for p in proc.stdout.readline().split()]
+    proc.kill()
+    proc.wait()
+    assert not _wait_gone(pids), "workers lingered as orphans"
+    # The parent's resource tracker unlinks the block it can no longer free itself.
+    deadline = time.time() + BOUND_S
+    while time.time() < deadline and shm_segments() != before:
+        time.sleep(0.05)
+    assert shm_segments() == before
+
+
+def test_worker_fault_in_send_recv(leak_check):
+    fns = [lambda: CrashEnv(fail_at=10**9), lambda: CrashEnv(fail_at=10**9),
+           lambda: CrashEnv(fail_at=10**9), lambda: CrashEnv(fail_at=3)]
+    env = FastVectorEnv(fns, num_workers=2, batch_size=2)
+    leak_check.append(env)
+    env.async_reset(seed=0)
+    with pytest.raises(ValueError, match="boom") as info:
+        def loop():
+            for _ in range(20):
+                obs, rew, term, trunc, infos = env.recv()
+                env.send(np.zeros(2, np.int64), infos["env_id"])
+        _timed(loop)
+    assert info.value.env_index == 3
