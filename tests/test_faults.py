@@ -36,14 +36,16 @@ def leak_check():
     envs = []
     yield envs
     for env in envs:
-        for p in env._processes:
+        for p in env.processes:
             p.join(BOUND_S)
             assert not p.is_alive(), f"worker {p.pid} still alive"
     assert shm_segments() == before, "shared memory left behind"
 
 
-def _fns(n, crash_env, **kwargs):
-    return [(lambda k=k: crash_env(**kwargs) if k == n - 1 else CrashEnv(fail_at=10**9)) for k in range(n)]
+def _fns(n, crash_env, crash_index=None, **kwargs):
+    """n envs; env ``crash_index`` (default: the last, in a worker process) is ``crash_env(**kwargs)``."""
+    crash_index = n - 1 if crash_index is None else crash_index
+    return [(lambda k=k: crash_env(**kwargs) if k == crash_index else CrashEnv(fail_at=10**9)) for k in range(n)]
 
 
 def _timed(fn):
@@ -55,17 +57,22 @@ def _timed(fn):
         assert elapsed < BOUND_S, f"took {elapsed:.2f} s"
 
 
-def test_env_raises_in_step(leak_check):
-    env = FastVectorEnv(_fns(4, CrashEnv, fail_at=2), num_workers=2)
+@pytest.mark.parametrize("crash_index, step_in_caller", [(3, True), (0, True), (0, False)])
+def test_env_raises_in_step(crash_index, step_in_caller, leak_check):
+    env = FastVectorEnv(_fns(4, CrashEnv, crash_index, fail_at=2), num_workers=2, step_in_caller=step_in_caller)
     leak_check.append(env)
     env.reset(seed=0)
     env.step(np.zeros(4, np.int64))
     with pytest.raises(ValueError, match="boom at step 2") as info:
         _timed(lambda: env.step(np.zeros(4, np.int64)))
-    assert info.value.env_index == 3
-    assert any("env 3" in note for note in getattr(info.value, "__notes__", ["env 3"]))
-    assert isinstance(info.value.__cause__, RemoteTraceback)
-    assert "CrashEnv" in info.value.__cause__.text or "_fail" in info.value.__cause__.text
+    assert info.value.env_index == crash_index
+    if hasattr(info.value, "add_note"):
+        assert any(f"env {crash_index}" in note for note in info.value.__notes__)
+    if crash_index == 0 and step_in_caller:
+        assert "_fail" in "".join(__import__("traceback").format_tb(info.value.__traceback__))
+    else:
+        assert isinstance(info.value.__cause__, RemoteTraceback)
+        assert "_fail" in info.value.__cause__.text
     assert env.closed
     with pytest.raises(ClosedEnvironmentError):
         env.step(np.zeros(4, np.int64))
@@ -79,17 +86,22 @@ def test_env_raises_in_reset(leak_check):
     assert info.value.env_index == 2
 
 
-def test_env_raises_in_constructor():
+@pytest.mark.parametrize("bad_index", [0, 2])
+def test_env_raises_in_constructor(bad_index):
     def bad():
         raise RuntimeError("cannot build this env")
 
+    fns = [lambda: CrashEnv()] * 3
+    fns[bad_index] = bad
     before = shm_segments()
+    children = set(__import__("multiprocessing").active_children())
     start = time.perf_counter()
     with pytest.raises(RuntimeError, match="cannot build this env") as info:
-        FastVectorEnv([lambda: CrashEnv(), bad, lambda: CrashEnv()], num_workers=3)
+        FastVectorEnv(fns, num_workers=3)
     assert time.perf_counter() - start < BOUND_S
-    assert info.value.env_index == 1
+    assert info.value.env_index == bad_index
     assert shm_segments() == before
+    assert not set(__import__("multiprocessing").active_children()) - children
 
 
 @pytest.mark.parametrize("how", ["exit", "kill"])
@@ -108,9 +120,9 @@ def test_worker_killed_while_idle(leak_check):
     env = FastVectorEnv([lambda: CrashEnv(fail_at=10**9) for _ in range(4)], num_workers=2)
     leak_check.append(env)
     env.reset(seed=0)
-    os.kill(env._processes[0].pid, signal.SIGKILL)
-    env._processes[0].join(BOUND_S)
-    with pytest.raises(WorkerDiedError, match="worker 0"):
+    os.kill(env.processes[0].pid, signal.SIGKILL)
+    env.processes[0].join(BOUND_S)
+    with pytest.raises(WorkerDiedError, match="worker 1 .envs 2..3. was killed by signal SIGKILL"):
         _timed(lambda: env.step(np.zeros(4, np.int64)))
 
 
@@ -173,7 +185,11 @@ def test_use_after_close_and_close_twice(leak_check):
 
 
 def _run_script(body: str, timeout: float = 30.0) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]))
+    # The fastvec this test imported (installed, or an in-place build), and the test envs.
+    import fastvec
+
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(fastvec.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([package_root, os.path.join(ROOT, "tests")]))
     script = textwrap.dedent(body)
     return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env)
@@ -207,7 +223,7 @@ def test_ctrl_c_in_parent_mid_step():
         from toy_envs import ToyEnv
         env = FastVectorEnv([lambda: ToyEnv(step_sleep=2.0) for _ in range(2)], num_workers=2)
         env.reset(seed=0)
-        print(" ".join(str(p.pid) for p in env._processes), flush=True)
+        print(" ".join(str(p.pid) for p in env.processes), flush=True)
         try:
             env.step(np.zeros(2, np.int64))
         except KeyboardInterrupt:
@@ -233,7 +249,7 @@ def test_parent_killed_workers_exit():
         from toy_envs import ToyEnv
         env = FastVectorEnv([lambda: ToyEnv() for _ in range(4)], num_workers=2)
         env.reset(seed=0)
-        print(" ".join(str(p.pid) for p in env._processes), flush=True)
+        print(" ".join(str(p.pid) for p in env.processes), flush=True)
         time.sleep(60)
     """)
     pids = [int(p) for p in proc.stdout.readline().split()]

@@ -26,7 +26,8 @@ def toy_fns(n, **kwargs):
 def test_parity_observation_spaces(obs, mode):
     fns = toy_fns(5, obs_space=obs)
     ref = SyncVectorEnv(fns, autoreset_mode=mode)
-    with FastVectorEnv(fns, num_workers=2, autoreset_mode=mode) as env:
+    # Odd obs spaces in worker processes only; the caller steps envs in the other tests.
+    with FastVectorEnv(fns, num_workers=2, autoreset_mode=mode, step_in_caller=obs not in ("dict", "tuple")) as env:
         episodes = run_side_by_side(ref, env, seed=123, steps=60)
     assert episodes > 10
 
@@ -48,11 +49,13 @@ def test_parity_classic_control(env_id, mode):
         run_side_by_side(ref, env, seed=5, steps=250 if env_id == "CartPole-v1" else 60)
 
 
+@pytest.mark.parametrize("step_in_caller", [True, False])
 @pytest.mark.parametrize("num_workers", [1, 2, 3, 7])
-def test_parity_worker_counts_and_seeds(num_workers):
+def test_parity_worker_counts_and_seeds(num_workers, step_in_caller):
     fns = toy_fns(7, obs_space="dict")
     ref = SyncVectorEnv(fns)
-    with FastVectorEnv(fns, num_workers=num_workers) as env:
+    with FastVectorEnv(fns, num_workers=num_workers, step_in_caller=step_in_caller) as env:
+        assert len(env.processes) == num_workers - step_in_caller
         for seed in (0, [11, 3, None, 4, 5, 6, 9]):
             if isinstance(seed, list):
                 seed = [s if s is not None else 99 for s in seed]
@@ -266,7 +269,7 @@ def _shm_segments():
 def test_close_ends_workers_and_unlinks_memory():
     before = _shm_segments()
     env = FastVectorEnv(toy_fns(4), num_workers=2)
-    processes = list(env._processes)
+    processes = list(env.processes)
     assert _shm_segments() - before
     env.reset(seed=0)
     env.close()
@@ -282,7 +285,7 @@ def test_close_ends_workers_and_unlinks_memory():
 def test_garbage_collection_closes():
     before = _shm_segments()
     env = FastVectorEnv(toy_fns(2), num_workers=2)
-    processes = list(env._processes)
+    processes = list(env.processes)
     env.reset(seed=0)
     del env
     gc.collect()

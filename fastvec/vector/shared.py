@@ -37,7 +37,7 @@ from fastvec.errors import (
 from fastvec.spaces import Layout
 from fastvec.vector import _shared_buffer
 from fastvec.vector._protocol import LIVENESS_INTERVAL, Command, Status
-from fastvec.vector._worker import worker_main
+from fastvec.vector._worker import _Worker, worker_main
 
 __all__ = ["FastVectorEnv"]
 
@@ -107,6 +107,13 @@ class FastVectorEnv(VectorEnv):
             num_envs`` the envs are stepped with :meth:`send` / :meth:`recv` and a
             worker's envs always travel together, so ``num_envs`` must divide evenly
             among the workers and ``batch_size`` be a multiple of the envs per worker.
+        step_in_caller: the calling process steps the first worker's share of the
+            envs itself while the worker processes step theirs, instead of sleeping
+            until they are done (so ``num_workers`` counts the caller). This keeps
+            one process per core: with more processes than cores, every handshake
+            waits for a time slice. Default: on for synchronous stepping, off in
+            async mode (``batch_size < num_envs``), where the caller must stay free.
+            Envs stepped in the caller follow the same code and give the same results.
         worker_spin_us / parent_spin_us: how long a waiting worker / the caller
             spins before it blocks. Spinning answers in microseconds but takes a
             core; blocking frees it.
@@ -130,6 +137,7 @@ class FastVectorEnv(VectorEnv):
         observation_mode: str | tuple[Space, Space] = "same",
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         batch_size: int | None = None,
+        step_in_caller: bool | None = None,
         worker_spin_us: float = 50.0,
         parent_spin_us: float = 20.0,
     ) -> None:
@@ -182,6 +190,13 @@ class FastVectorEnv(VectorEnv):
                     f"worker ({self.num_envs / self.num_workers:g}); e.g. num_envs=16, num_workers=8, batch_size=8"
                 )
         self.batch_size = int(batch_size)
+        if step_in_caller is None:
+            step_in_caller = self.batch_size == self.num_envs
+        if step_in_caller and self.batch_size < self.num_envs:
+            raise ValueError("step_in_caller=True needs synchronous stepping (batch_size == num_envs)")
+        self.step_in_caller = bool(step_in_caller)
+        self._local = None  # the caller's own _Worker when step_in_caller
+        self._local_job = None  # (method, args) the caller runs at the next wait
         self._worker_spin_s = float(worker_spin_us) * 1e-6
         self._parent_spin_s = float(parent_spin_us) * 1e-6
         base, extra = divmod(self.num_envs, self.num_workers)
@@ -211,6 +226,10 @@ class FastVectorEnv(VectorEnv):
         parent_pid = os.getpid()
         with clear_mpi_env_vars():
             for w in range(self.num_workers):
+                if w == 0 and self.step_in_caller:
+                    self._pipes.append(None)
+                    self._processes.append(None)
+                    continue
                 parent_pipe, child_pipe = ctx.Pipe()
                 fns = [CloudpickleWrapper(fn) for fn in self.env_fns[self._starts[w]:self._stops[w]]]
                 process = ctx.Process(
@@ -251,7 +270,21 @@ class FastVectorEnv(VectorEnv):
 
     def _handshake(self) -> None:
         hellos = []
-        for w in range(self.num_workers):
+        local_envs = []
+        if self.step_in_caller:
+            for k, env_fn in enumerate(self.env_fns[self._starts[0]:self._stops[0]]):
+                try:
+                    local_envs.append(env_fn())
+                except BaseException as exc:
+                    _annotate(exc, k, f"raised by env {k}'s constructor in the calling process.")
+                    for env in local_envs:
+                        env.close()
+                    raise
+            first = local_envs[0]
+            hellos.append(("spaces", [(e.observation_space, e.action_space) for e in local_envs],
+                           dict(first.metadata), first.render_mode))
+            self._local_envs = local_envs
+        for w in self._remote_workers():
             message = self._recv(w)
             if message[0] == "error":
                 self._raise_remote(w, message)
@@ -303,9 +336,9 @@ class FastVectorEnv(VectorEnv):
         self._buffer = _shared_buffer.SharedBuffer(sections, size)
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, _finalize, self._processes, self._pipes, [self._buffer])
-        for pipe in self._pipes:
-            pipe.send(("attach", sections, size, self._buffer.name, self.shared_memory))
-        for w in range(self.num_workers):
+        for w in self._remote_workers():
+            self._pipes[w].send(("attach", sections, size, self._buffer.name, self.shared_memory))
+        for w in self._remote_workers():
             message = self._recv(w)
             if message[0] == "error":
                 self._raise_remote(w, message)
@@ -318,6 +351,30 @@ class FastVectorEnv(VectorEnv):
             self._obs_slabs = self._buffer.leaves("obs")
             self._obs_view = self._obs_layout.join(self._obs_slabs)
         self._act_checks = [_action_check(leaf.space) for leaf in self._act_layout.leaves]
+        if self.step_in_caller:
+            self._local = _Worker(0, self._local_envs, 0, None, self.autoreset_mode, self._buffer,
+                                  self._obs_layout, self._act_layout, self._worker_spin_s)
+            self._finalizer.detach()
+            self._finalizer = weakref.finalize(self, _finalize, self._processes, self._pipes, [self._buffer],
+                                               envs=self._local_envs)
+
+    def _remote_workers(self) -> range:
+        """Indices of the workers that are processes (all but 0 when the caller steps)."""
+        return range(1 if self.step_in_caller else 0, self.num_workers)
+
+    def _dispatch(self, w: int, name: str, payload: tuple) -> None:
+        """Hand worker ``w`` a pipe command (the caller's own share runs at the next wait)."""
+        if w == 0 and self._local is not None:
+            method = {"reset": self._local.reset, "call": self._local.call, "setattr": self._local.set_attr}[name]
+            self._local_job = (name, method, payload)
+            return
+        self._pipes[w].send((name, payload))
+        _sync.send_command(self._ctrl, w, Command.PIPE)
+
+    @property
+    def processes(self) -> list:
+        """The worker processes (the caller's own share, if any, has none)."""
+        return [p for p in self._processes if p is not None]
 
     # -- the step -----------------------------------------------------------------------
     def step(self, actions):
@@ -347,8 +404,10 @@ class FastVectorEnv(VectorEnv):
                 "`reset(options={'reset_mask': mask})` before stepping again"
             )
         self._write_actions(actions)
-        for w in range(self.num_workers):
+        for w in self._remote_workers():
             _sync.send_command(self._ctrl, w, Command.STEP)
+        if self._local is not None:
+            self._local_job = ("step", self._local.step, ())
         self._pending = self._all_workers
         self._state = _State.WAITING_STEP
 
@@ -435,6 +494,10 @@ class FastVectorEnv(VectorEnv):
         """Wait for the pending workers; return [(worker, reply)] for those that sent one."""
         deadline = None if timeout is None else time.perf_counter() + timeout
         pending = self._pending
+        local_reply = self._run_local_job()
+        if self._local is not None:
+            pending = pending.copy()
+            pending[0] = 0
         while True:
             chunk = LIVENESS_INTERVAL
             if deadline is not None:
@@ -448,7 +511,7 @@ class FastVectorEnv(VectorEnv):
             if deadline is not None and time.perf_counter() >= deadline:
                 self._state = _State.DEFAULT
                 raise multiprocessing.TimeoutError(f"The call to `{caller}` has timed out after {timeout} second(s).")
-        replies = []
+        replies = [local_reply] if local_reply is not None else []
         for w in np.flatnonzero(pending).tolist():
             status = _sync.status(self._ctrl, w)
             if status == Status.OK:
@@ -459,11 +522,29 @@ class FastVectorEnv(VectorEnv):
             replies.append((w, message))
         return replies
 
+    def _run_local_job(self) -> tuple | None:
+        """Run the caller's own share of the pending command; its (0, reply) if it sent one."""
+        if self._local_job is None:
+            return None
+        phase, method, args = self._local_job
+        self._local_job = None
+        try:
+            status, reply = method(*args)
+        except BaseException as exc:
+            env_index = self._local.current_env
+            self._shutdown(terminate=True)
+            _annotate(exc, env_index, f"raised by env {env_index} in the calling process during {phase}; "
+                      "the vector env is closed.")
+            raise
+        return (0, reply) if status == Status.MESSAGE else None
+
     def _env_range(self, w: int) -> str:
         return f"{self._starts[w]}..{self._stops[w] - 1}"
 
     def _check_alive(self, w: int, wait: float = 0.0) -> None:
         process = self._processes[w]
+        if process is None:
+            return
         if wait:
             process.join(wait)
         code = process.exitcode
@@ -495,9 +576,7 @@ class FastVectorEnv(VectorEnv):
                 exc = None
         if not isinstance(exc, BaseException):
             raise WorkerError(f"{type_name}: {text}\n({note})\n\nWorker traceback:\n{trace}", w, env_index)
-        if hasattr(exc, "add_note"):
-            exc.add_note(note)
-        exc.env_index = env_index
+        _annotate(exc, env_index, note)
         raise exc from RemoteTraceback(trace)
 
     def _assert_is_running(self) -> None:
@@ -540,8 +619,7 @@ class FastVectorEnv(VectorEnv):
             worker_mask = None if mask is None else mask[rows].tolist()
             if worker_mask is not None and not any(worker_mask):
                 continue
-            self._pipes[w].send(("reset", (seeds[rows], options, worker_mask)))
-            _sync.send_command(self._ctrl, w, Command.PIPE)
+            self._dispatch(w, "reset", (seeds[rows], options, worker_mask))
             pending[w] = 1
         if mask is None:
             self._autoreset_envs[:] = False
@@ -601,7 +679,10 @@ class FastVectorEnv(VectorEnv):
             raise ValueError(f"envs of workers {busy} are still stepping: recv() them before sending them new actions")
         self._write_actions(actions, rows=env_ids)
         for w in workers.tolist():
-            _sync.send_command(self._ctrl, w, Command.STEP)
+            if w == 0 and self._local is not None:
+                self._local_job = ("step", self._local.step, ())
+            else:
+                _sync.send_command(self._ctrl, w, Command.STEP)
             self._inflight[w] = 1
             self._ready[w] = 0
 
@@ -620,6 +701,13 @@ class FastVectorEnv(VectorEnv):
         got: list[int] = []
         count = 0
         pending = self._inflight.copy()
+        local_reply = None
+        if self._local is not None and pending[0]:
+            # The caller's own share runs now, synchronously: it is the first one ready.
+            local_reply = self._run_local_job()
+            pending[0] = 0
+            got.append(0)
+            count += self._stops[0] - self._starts[0]
         while count < want:
             chunk = LIVENESS_INTERVAL if deadline is None else max(0.0, min(LIVENESS_INTERVAL, deadline - time.perf_counter()))
             w = _sync.wait_any_done(self._ctrl, pending, self._next_worker, self._parent_spin_s, chunk)
@@ -634,11 +722,13 @@ class FastVectorEnv(VectorEnv):
             got.append(w)
             count += self._stops[w] - self._starts[w]
         got.sort()
-        replies = []
+        replies = [local_reply] if local_reply is not None else []
         for w in got:
-            status = _sync.status(self._ctrl, w)
             self._inflight[w] = 0
             self._ready[w] = 1
+            if w == 0 and self._local is not None:
+                continue
+            status = _sync.status(self._ctrl, w)
             if status == Status.OK:
                 continue
             message = self._recv(w)
@@ -704,8 +794,7 @@ class FastVectorEnv(VectorEnv):
                 str(self._state.value),
             )
         for w in range(self.num_workers):
-            self._pipes[w].send(("call", (name, args, kwargs)))
-            _sync.send_command(self._ctrl, w, Command.PIPE)
+            self._dispatch(w, "call", (name, args, kwargs))
         self._pending = self._all_workers
         self._state = _State.WAITING_CALL
 
@@ -738,8 +827,7 @@ class FastVectorEnv(VectorEnv):
                 str(self._state.value),
             )
         for w in range(self.num_workers):
-            self._pipes[w].send(("setattr", (name, list(values[self._starts[w]:self._stops[w]]))))
-            _sync.send_command(self._ctrl, w, Command.PIPE)
+            self._dispatch(w, "setattr", (name, list(values[self._starts[w]:self._stops[w]])))
         self._pending = self._all_workers
         self._wait(None, "set_attr")
 
@@ -780,9 +868,13 @@ class FastVectorEnv(VectorEnv):
             ctrl = self._buffer["ctrl"] if self._buffer.views else None
             if ctrl is not None:
                 for w, process in enumerate(self._processes):
-                    if process.is_alive() and _sync.is_done(ctrl, w):
+                    if process is not None and process.is_alive() and _sync.is_done(ctrl, w):
                         _sync.send_command(ctrl, w, Command.CLOSE)
-        _finalize(self._processes, self._pipes, [self._buffer], timeout=0.0 if terminate else timeout)
+        self._local_job = None
+        self._local = None
+        _finalize(self._processes, self._pipes, [self._buffer], timeout=0.0 if terminate else timeout,
+                  envs=getattr(self, "_local_envs", ()))
+        self._local_envs = ()
         if self._finalizer is not None:
             self._finalizer.detach()
         self._buffer = None
@@ -800,11 +892,18 @@ class FastVectorEnv(VectorEnv):
         return f"FastVectorEnv({self.spec.id}, num_envs={self.num_envs}, num_workers={self.num_workers})"
 
 
-def _finalize(processes, pipes, buffers, timeout: float = 0.0) -> None:
+def _finalize(processes, pipes, buffers, timeout: float = 0.0, envs=()) -> None:
     """End the workers (politely for ``timeout`` seconds, then by force) and free the buffer.
 
     Also the garbage-collection / interpreter-exit path, so it holds no reference to the env.
+    ``envs``: the envs the caller stepped itself, closed here.
     """
+    for env in envs:
+        try:
+            env.close()
+        except Exception:
+            pass
+    processes = [p for p in processes if p is not None]
     deadline = time.monotonic() + timeout
     for process in processes:
         if process._popen is None:  # never started
@@ -822,6 +921,8 @@ def _finalize(processes, pipes, buffers, timeout: float = 0.0) -> None:
             process.kill()
             process.join(1.0)
     for pipe in pipes:
+        if pipe is None:
+            continue
         try:
             pipe.close()
         except OSError:
@@ -830,6 +931,16 @@ def _finalize(processes, pipes, buffers, timeout: float = 0.0) -> None:
         if buffer is not None:
             buffer.close()
             buffer.unlink()
+
+
+def _annotate(exc: BaseException, env_index: int | None, note: str) -> None:
+    """Name the env (and where it ran) on an exception about to reach the caller."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+    try:
+        exc.env_index = env_index
+    except AttributeError:  # pragma: no cover - exceptions with __slots__
+        pass
 
 
 class _BatchInfos:
