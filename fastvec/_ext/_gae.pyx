@@ -405,7 +405,9 @@ cdef str _shape_str(cnp.ndarray a):
 
 
 cdef int _float_type(str fn, tuple names, tuple arrays) except -1:
-    """The float type number shared by the float inputs (slow path: promote)."""
+    """The float type the kernel runs in: the inputs' own when they share float32 or
+    float64 (fast path), else float64 if any input is float64, else float32 if any is a
+    float, else float64."""
     cdef cnp.ndarray a
     cdef int t0 = cnp.PyArray_TYPE(<cnp.ndarray>arrays[0])
     cdef bint same = t0 == cnp.NPY_FLOAT32 or t0 == cnp.NPY_FLOAT64
@@ -418,8 +420,11 @@ cdef int _float_type(str fn, tuple names, tuple arrays) except -1:
         if a.dtype.kind not in "biuf":
             raise TypeError(f"{fn}: {name} must hold real numbers (float32 or float64), "
                             f"got dtype {a.dtype}")
-    dt = np.result_type(*arrays)
-    return cnp.NPY_FLOAT32 if dt == np.float32 else cnp.NPY_FLOAT64
+    # float64 if any input is, else float32 if any is a float, else (all integer) float64
+    kinds = [(a.dtype.kind, a.dtype.itemsize) for a in arrays]
+    if any(k == "f" and size >= 8 for k, size in kinds) or not any(k == "f" for k, _ in kinds):
+        return cnp.NPY_FLOAT64
+    return cnp.NPY_FLOAT32
 
 
 cdef cnp.ndarray _prep_float(str fn, str name, cnp.ndarray a, int ftype):

@@ -1,0 +1,137 @@
+"""Bench section ``gae``: fastvec.gae against the loops people use, side by side.
+
+float32 ``[T, N]`` rollouts (dones stored as float32, as CleanRL and SB3 store
+them), outputs preallocated where the implementation allows it:
+
+* ``fastvec``: ``fastvec.gae(..., out=(adv, ret))`` on the calling thread
+  (``num_threads=1``, the default); ``fastvec 2thr``: ``num_threads=2``;
+* ``NumPy loop``: CleanRL's loop written with NumPy rows;
+* ``CleanRL torch``: CleanRL ppo.py's torch loop on CPU tensors;
+* ``SB3``: ``RolloutBuffer.compute_returns_and_advantage`` (when SB3 is installed);
+* ``memcpy``: ``np.copyto`` of the 3 inputs into the 2 outputs (rewards -> adv,
+  values -> ret, dones -> adv): moves at least the bytes GAE must move, with no
+  arithmetic, the ceiling a memory-bound kernel can approach.
+
+Ratio columns: reference time / fastvec time (higher is better for fastvec),
+and fastvec time / memcpy time (1.0 = at the memory-copy ceiling).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from fastvec.bench import fmt_time, median_time, print_table
+
+SIZES = [(128, 8), (128, 64), (256, 1024), (2048, 4096)]
+GAMMA, LAM = 0.99, 0.95
+
+
+def _rollout(T: int, N: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    rewards = rng.standard_normal((T, N), dtype=np.float32)
+    values = rng.standard_normal((T, N), dtype=np.float32)
+    dones = (rng.random((T, N)) < 0.01).astype(np.float32)
+    next_value = rng.standard_normal(N, dtype=np.float32)
+    next_done = (rng.random(N) < 0.01).astype(np.float32)
+    return rewards, values, dones, next_value, next_done
+
+
+def numpy_loop(rewards, values, dones, next_value, next_done, advantages, gamma, gae_lambda):
+    """CleanRL's loop with NumPy rows (what a NumPy user writes)."""
+    T = rewards.shape[0]
+    lastgaelam = 0.0
+    for t in reversed(range(T)):
+        if t == T - 1:
+            nextnonterminal = 1.0 - next_done
+            nextvalues = next_value
+        else:
+            nextnonterminal = 1.0 - dones[t + 1]
+            nextvalues = values[t + 1]
+        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+        advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
+    return advantages, advantages + values
+
+
+def torch_loop(torch, rewards, values, dones, next_value, next_done, gamma, gae_lambda):
+    """CleanRL ppo.py's loop on torch CPU tensors."""
+    T = rewards.shape[0]
+    with torch.no_grad():
+        advantages = torch.zeros_like(rewards)
+        lastgaelam = 0
+        for t in reversed(range(T)):
+            if t == T - 1:
+                nextnonterminal = 1.0 - next_done
+                nextvalues = next_value
+            else:
+                nextnonterminal = 1.0 - dones[t + 1]
+                nextvalues = values[t + 1]
+            delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+            advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
+        returns = advantages + values
+    return advantages, returns
+
+
+def _sb3_case(data):
+    """A callable running SB3's compute_returns_and_advantage on this data, or None."""
+    try:
+        import gymnasium as gym
+        import torch
+        from stable_baselines3.common.buffers import RolloutBuffer
+    except ImportError:
+        return None
+    rewards, values, dones, next_value, next_done = data
+    T, N = rewards.shape
+    buf = RolloutBuffer(T, gym.spaces.Box(-1, 1, (1,)), gym.spaces.Discrete(2), device="cpu",
+                        gae_lambda=LAM, gamma=GAMMA, n_envs=N)
+    buf.rewards[:] = rewards
+    buf.values[:] = values
+    buf.episode_starts[:] = dones
+    last_values = torch.from_numpy(next_value.copy())
+    last_dones = next_done.astype(bool)
+    return lambda: buf.compute_returns_and_advantage(last_values=last_values, dones=last_dones)
+
+
+def _plan(T: int, N: int, quick: bool):
+    """(repeats, calls per repeat) so that one repeat lasts a few ms at least."""
+    elems = T * N
+    number = max(1, min(2000, 2_000_000 // elems))
+    return (5 if quick else 9), number
+
+
+def run(quick: bool) -> None:
+    import fastvec
+
+    try:
+        import torch
+    except ImportError:  # the torch column is left out
+        torch = None
+    sizes = SIZES[:-1] if quick else SIZES
+    header = ["T x N", "fastvec", "fastvec 2thr", "NumPy loop", "CleanRL torch", "SB3", "memcpy",
+              "NumPy/fv", "torch/fv", "SB3/fv", "fv/memcpy"]
+    rows = []
+    for T, N in sizes:
+        data = _rollout(T, N)
+        rewards, values, dones, next_value, next_done = data
+        adv = np.empty_like(rewards)
+        ret = np.empty_like(rewards)
+        repeats, number = _plan(T, N, quick)
+        fv = median_time(lambda: fastvec.gae(*data, gamma=GAMMA, gae_lambda=LAM, out=(adv, ret)),
+                         repeats, number)
+        fv2 = median_time(lambda: fastvec.gae(*data, gamma=GAMMA, gae_lambda=LAM, out=(adv, ret),
+                                              num_threads=2), repeats, number)
+        copy = median_time(lambda: (np.copyto(adv, rewards), np.copyto(ret, values),
+                                    np.copyto(adv, dones)), repeats, number)
+        slow_number = max(1, number // 100)
+        work = np.empty_like(rewards)
+        npl = median_time(lambda: numpy_loop(*data, work, GAMMA, LAM), repeats, slow_number)
+        if torch is not None:
+            tdata = [torch.from_numpy(x) for x in data]
+            tl = median_time(lambda: torch_loop(torch, *tdata, GAMMA, LAM), repeats, slow_number)
+        else:
+            tl = float("nan")
+        sb3 = _sb3_case(data)
+        sb = median_time(sb3, repeats, slow_number) if sb3 is not None else float("nan")
+        ratio = lambda x: "—" if x != x else f"{x / fv:.1f}x"
+        rows.append([f"{T} x {N}", fmt_time(fv), fmt_time(fv2), fmt_time(npl),
+                     "—" if tl != tl else fmt_time(tl), "—" if sb != sb else fmt_time(sb),
+                     fmt_time(copy), ratio(npl), ratio(tl), ratio(sb), f"{fv / copy:.2f}"])
+    print_table("GAE, float32 [T, N], preallocated outputs (median per call)", header, rows)
