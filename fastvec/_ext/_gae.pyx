@@ -26,7 +26,7 @@ import numpy as np
 
 cimport numpy as cnp
 from cython.parallel cimport prange
-from libc.math cimport exp
+from libc.math cimport exp, expf
 from libc.stdint cimport uintptr_t
 
 from fastvec._ext._types cimport f32, f64, u8, floating
@@ -155,25 +155,40 @@ cdef inline void _vt_row(
     floating* restrict acc1,  # IN/OUT: row t + 1 of vs, holding vs - values; finalised here
     floating g, floating lam, floating rho_bar, floating c_bar, floating pg_bar,
     floating* restrict acc,  # OUT: row t of vs, holding vs - values until row t - 1 finalises it
-    floating* restrict pg,   # OUT
+    floating* restrict pg,   # OUT (holds the ratios between the two passes)
 ) noexcept nogil:
-    """One V-trace row. On the last row v1 = next_value and acc1 = NULL."""
+    """One V-trace row. On the last row v1 = next_value and acc1 = NULL.
+
+    First pass: the importance ratios into the pg row (exp() is a libm call, so
+    that pass is scalar); second pass, vectorised: the V-trace recurrence.
+    """
     cdef Py_ssize_t i
     cdef floating rho, disc, a1, vs1, a, one = 1
-    for i in range(n):
-        rho = <floating>exp(<double>x[i]) if is_log else x[i]
-        disc = g * (one - <floating>d1[i])
-        if acc1 != NULL:
+    if is_log:
+        for i in range(n):
+            if floating is f32:
+                pg[i] = expf(x[i])
+            else:
+                pg[i] = exp(x[i])
+    else:
+        for i in range(n):
+            pg[i] = x[i]
+    if acc1 == NULL:
+        for i in range(n):
+            rho = pg[i]
+            disc = g * (one - <floating>d1[i])
+            acc[i] = (rho if rho < rho_bar else rho_bar) * (r[i] + disc * v1[i] - v[i])
+            pg[i] = (rho if rho < pg_bar else pg_bar) * (r[i] + disc * v1[i] - v[i])
+    else:
+        for i in range(n):
+            rho = pg[i]
+            disc = g * (one - <floating>d1[i])
             a1 = acc1[i]
             vs1 = v1[i] + a1
             acc1[i] = vs1
-        else:
-            a1 = 0
-            vs1 = v1[i]
-        a = (rho if rho < rho_bar else rho_bar) * (r[i] + disc * v1[i] - v[i])
-        a = a + disc * (lam * (rho if rho < c_bar else c_bar)) * a1
-        acc[i] = a
-        pg[i] = (rho if rho < pg_bar else pg_bar) * (r[i] + disc * vs1 - v[i])
+            a = (rho if rho < rho_bar else rho_bar) * (r[i] + disc * v1[i] - v[i])
+            acc[i] = a + disc * (lam * (rho if rho < c_bar else c_bar)) * a1
+            pg[i] = (rho if rho < pg_bar else pg_bar) * (r[i] + disc * vs1 - v[i])
 
 
 # ----------------------------------------------------------------------------
