@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fastvec.bench import fmt_time, median_time, print_table
+from fastvec.bench import fmt_time, print_table
 
 SIZES = [(128, 8), (128, 64), (256, 1024), (2048, 4096)]
 GAMMA, LAM = 0.99, 0.95
@@ -90,11 +90,25 @@ def _sb3_case(data):
     return lambda: buf.compute_returns_and_advantage(last_values=last_values, dones=last_dones)
 
 
-def _plan(T: int, N: int, quick: bool):
-    """(repeats, calls per repeat) so that one repeat lasts a few ms at least."""
-    elems = T * N
-    number = max(1, min(2000, 2_000_000 // elems))
-    return (5 if quick else 9), number
+def interleaved_medians(cases: dict, repeats: int, numbers: dict) -> dict:
+    """Median seconds per call of each case, the cases taking turns within every repeat.
+
+    Taking turns keeps the ratios fair on a shared machine whose load drifts
+    during the run (each repeat sees every case under about the same load).
+    """
+    import time
+
+    for name, fn in cases.items():  # warm-up
+        fn()
+    times = {name: [] for name in cases}
+    for _ in range(repeats):
+        for name, fn in cases.items():
+            number = numbers[name]
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            times[name].append((time.perf_counter() - start) / number)
+    return {name: float(np.median(t)) for name, t in times.items()}
 
 
 def run(quick: bool) -> None:
@@ -113,25 +127,30 @@ def run(quick: bool) -> None:
         rewards, values, dones, next_value, next_done = data
         adv = np.empty_like(rewards)
         ret = np.empty_like(rewards)
-        repeats, number = _plan(T, N, quick)
-        fv = median_time(lambda: fastvec.gae(*data, gamma=GAMMA, gae_lambda=LAM, out=(adv, ret)),
-                         repeats, number)
-        fv2 = median_time(lambda: fastvec.gae(*data, gamma=GAMMA, gae_lambda=LAM, out=(adv, ret),
-                                              num_threads=2), repeats, number)
-        copy = median_time(lambda: (np.copyto(adv, rewards), np.copyto(ret, values),
-                                    np.copyto(adv, dones)), repeats, number)
-        slow_number = max(1, number // 100)
         work = np.empty_like(rewards)
-        npl = median_time(lambda: numpy_loop(*data, work, GAMMA, LAM), repeats, slow_number)
+        fast = {
+            "fastvec": lambda: fastvec.gae(*data, gamma=GAMMA, gae_lambda=LAM, out=(adv, ret)),
+            "memcpy": lambda: (np.copyto(adv, rewards), np.copyto(ret, values),
+                               np.copyto(adv, dones)),
+        }
+        if T * N >= 1 << 18:  # threads only pay off on large buffers
+            fast["fastvec 2thr"] = lambda: fastvec.gae(*data, gamma=GAMMA, gae_lambda=LAM,
+                                                       out=(adv, ret), num_threads=2)
+        slow = {"NumPy loop": lambda: numpy_loop(*data, work, GAMMA, LAM)}
         if torch is not None:
             tdata = [torch.from_numpy(x) for x in data]
-            tl = median_time(lambda: torch_loop(torch, *tdata, GAMMA, LAM), repeats, slow_number)
-        else:
-            tl = float("nan")
+            slow["CleanRL torch"] = lambda: torch_loop(torch, *tdata, GAMMA, LAM)
         sb3 = _sb3_case(data)
-        sb = median_time(sb3, repeats, slow_number) if sb3 is not None else float("nan")
-        ratio = lambda x: "—" if x != x else f"{x / fv:.1f}x"
-        rows.append([f"{T} x {N}", fmt_time(fv), fmt_time(fv2), fmt_time(npl),
-                     "—" if tl != tl else fmt_time(tl), "—" if sb != sb else fmt_time(sb),
-                     fmt_time(copy), ratio(npl), ratio(tl), ratio(sb), f"{fv / copy:.2f}"])
+        if sb3 is not None:
+            slow["SB3"] = sb3
+        # calls per repeat: ~2 ms of work for the fast cases, one call for the loops
+        fast_number = max(1, min(2000, 4_000_000 // (T * N)))
+        numbers = {**{k: fast_number for k in fast}, **{k: 1 for k in slow}}
+        med = interleaved_medians({**fast, **slow}, 7 if quick else 15, numbers)
+        fv = med["fastvec"]
+        cell = lambda k: fmt_time(med[k]) if k in med else "—"
+        ratio = lambda k: f"{med[k] / fv:.1f}x" if k in med else "—"
+        rows.append([f"{T} x {N}", cell("fastvec"), cell("fastvec 2thr"), cell("NumPy loop"),
+                     cell("CleanRL torch"), cell("SB3"), cell("memcpy"), ratio("NumPy loop"),
+                     ratio("CleanRL torch"), ratio("SB3"), f"{fv / med['memcpy']:.2f}"])
     print_table("GAE, float32 [T, N], preallocated outputs (median per call)", header, rows)
