@@ -251,13 +251,22 @@ def test_gae_bad_inputs_raise_clear_errors():
 
 @pytest.mark.parametrize("ftype", FLOATS)
 @pytest.mark.parametrize("num_threads", [2, 3, None])
-def test_gae_threads_equal_single_thread(ftype, num_threads):
+@pytest.mark.parametrize("shape", [(50, 333), (10, 100)])  # GIL released / kept
+def test_gae_threads_equal_single_thread(ftype, num_threads, shape):
     rng = np.random.default_rng(5)
-    data = make_rollout(rng, 50, 333, ftype, np.uint8)
+    data = make_rollout(rng, *shape, ftype, np.uint8)
     one = fastvec.gae(*data, gamma=0.99, gae_lambda=0.95, num_threads=1)
     many = fastvec.gae(*data, gamma=0.99, gae_lambda=0.95, num_threads=num_threads)
     np.testing.assert_array_equal(one[0], many[0])
     np.testing.assert_array_equal(one[1], many[1])
+    assert_close(one[0], ref_gae(*data, 0.99, 0.95)[0], ftype)
+    r, v, d, nv, _ = data
+    tt_one = fastvec.gae_terminated_truncated(r, v, d, d[::-1].copy(), nv, gamma=0.9,
+                                              gae_lambda=0.9, next_values=v[::-1].copy())
+    tt_many = fastvec.gae_terminated_truncated(r, v, d, d[::-1].copy(), nv, gamma=0.9,
+                                               gae_lambda=0.9, next_values=v[::-1].copy(),
+                                               num_threads=num_threads)
+    np.testing.assert_array_equal(tt_one[0], tt_many[0])
 
 
 # ----------------------------------------------------------------------------
