@@ -70,6 +70,29 @@ def torch_loop(torch, rewards, values, dones, next_value, next_done, gamma, gae_
     return advantages, returns
 
 
+def numpy_vtrace(rewards, values, dones, next_value, next_done, log_rhos, vs, gamma,
+                 rho_bar=1.0, c_bar=1.0, lam=1.0):
+    """V-trace written with NumPy rows (what a NumPy user writes)."""
+    T = rewards.shape[0]
+    rhos = np.exp(log_rhos)
+    clipped = np.minimum(rho_bar, rhos)
+    cs = lam * np.minimum(c_bar, rhos)
+    acc = np.zeros_like(next_value)
+    for t in reversed(range(T)):
+        if t == T - 1:
+            disc = gamma * (1.0 - next_done)
+            v_next = next_value
+        else:
+            disc = gamma * (1.0 - dones[t + 1])
+            v_next = values[t + 1]
+        acc = clipped[t] * (rewards[t] + disc * v_next - values[t]) + disc * cs[t] * acc
+        vs[t] = values[t] + acc
+    vs_next = np.concatenate([vs[1:], next_value[None]])
+    disc = gamma * (1.0 - np.concatenate([dones[1:], next_done[None]]))
+    pg = clipped * (rewards + disc * vs_next - values)
+    return vs, pg
+
+
 def _sb3_case(data):
     """A callable running SB3's compute_returns_and_advantage on this data, or None."""
     try:
@@ -133,9 +156,6 @@ def run(quick: bool) -> None:
             "memcpy": lambda: (np.copyto(adv, rewards), np.copyto(ret, values),
                                np.copyto(adv, dones)),
         }
-        if T * N >= 1 << 18:  # threads only pay off on large buffers
-            fast["fastvec 2thr"] = lambda: fastvec.gae(*data, gamma=GAMMA, gae_lambda=LAM,
-                                                       out=(adv, ret), num_threads=2)
         slow = {"NumPy loop": lambda: numpy_loop(*data, work, GAMMA, LAM)}
         if torch is not None:
             tdata = [torch.from_numpy(x) for x in data]
@@ -147,6 +167,13 @@ def run(quick: bool) -> None:
         fast_number = max(1, min(2000, 4_000_000 // (T * N)))
         numbers = {**{k: fast_number for k in fast}, **{k: 1 for k in slow}}
         med = interleaved_medians({**fast, **slow}, 7 if quick else 15, numbers)
+        if T * N >= 1 << 18:  # threads only pay off on large buffers
+            # measured on their own: idle OpenMP workers spin for a while after each call,
+            # which would slow down whatever case runs next
+            med.update(interleaved_medians(
+                {"fastvec 2thr": lambda: fastvec.gae(*data, gamma=GAMMA, gae_lambda=LAM,
+                                                     out=(adv, ret), num_threads=2)},
+                7 if quick else 15, {"fastvec 2thr": fast_number}))
         fv = med["fastvec"]
         cell = lambda k: fmt_time(med[k]) if k in med else "—"
         ratio = lambda k: f"{med[k] / fv:.1f}x" if k in med else "—"
@@ -154,3 +181,23 @@ def run(quick: bool) -> None:
                      cell("CleanRL torch"), cell("SB3"), cell("memcpy"), ratio("NumPy loop"),
                      ratio("CleanRL torch"), ratio("SB3"), f"{fv / med['memcpy']:.2f}"])
     print_table("GAE, float32 [T, N], preallocated outputs (median per call)", header, rows)
+
+    # V-trace: fastvec (log-rhos: one scalar exp per element; rhos: vectorised) vs NumPy rows
+    header = ["T x N", "fastvec log_rhos", "fastvec rhos", "NumPy loop", "NumPy/fv log_rhos"]
+    rows = []
+    for T, N in sizes:
+        data = _rollout(T, N)
+        log_rhos = (0.3 * np.random.default_rng(1).standard_normal((T, N))).astype(np.float32)
+        rhos = np.exp(log_rhos)
+        vs = np.empty_like(log_rhos)
+        pg = np.empty_like(log_rhos)
+        work = np.empty_like(log_rhos)
+        fast_number = max(1, min(2000, 1_000_000 // (T * N)))
+        med = interleaved_medians({
+            "log": lambda: fastvec.vtrace(*data, gamma=GAMMA, log_rhos=log_rhos, out=(vs, pg)),
+            "rhos": lambda: fastvec.vtrace(*data, gamma=GAMMA, rhos=rhos, out=(vs, pg)),
+            "numpy": lambda: numpy_vtrace(*data, log_rhos, work, GAMMA),
+        }, 5 if quick else 9, {"log": fast_number, "rhos": fast_number, "numpy": 1})
+        rows.append([f"{T} x {N}", fmt_time(med["log"]), fmt_time(med["rhos"]),
+                     fmt_time(med["numpy"]), f"{med['numpy'] / med['log']:.1f}x"])
+    print_table("V-trace, float32 [T, N], preallocated outputs (median per call)", header, rows)

@@ -195,6 +195,11 @@ cdef inline void _vt_row(
 # Block kernels: rows T-1 .. 0 over the column range [c0, c1)
 # ----------------------------------------------------------------------------
 
+cdef inline Py_ssize_t _flag_size(int kind) noexcept nogil:
+    """Bytes per element of a flag array of this kind."""
+    return 1 if kind == K_U8 else (4 if kind == K_F32 else 8)
+
+
 cdef inline void _gae_row_last_any(Py_ssize_t n, const floating* r, const floating* v,
                                    const floating* nv, const void* nd, int ndk, floating g,
                                    floating* adv, floating* ret) noexcept nogil:
@@ -214,11 +219,10 @@ cdef void _gae_block(
     floating* ret,  # OUT
 ) noexcept nogil:
     cdef Py_ssize_t t, o, n = c1 - c0
-    cdef Py_ssize_t ndsz = 1 if ndk == K_U8 else (4 if ndk == K_F32 else 8)
     if n <= 0:
         return
     o = (T - 1) * N + c0
-    _gae_row_last_any(n, r + o, v + o, nv + c0, <const char*>nd + c0 * ndsz, ndk, g,
+    _gae_row_last_any(n, r + o, v + o, nv + c0, <const char*>nd + c0 * _flag_size(ndk), ndk, g,
                       adv + o, ret + o)
     for t in range(T - 2, -1, -1):
         o = t * N + c0
@@ -289,12 +293,12 @@ cdef void _vt_block(
             v1 = nv + c0
             acc1 = NULL
             k1 = ndk
-            d1 = <const char*>nd + c0 * (1 if ndk == K_U8 else (4 if ndk == K_F32 else 8))
+            d1 = <const char*>nd + c0 * _flag_size(ndk)
         else:
             v1 = v + o + N
             acc1 = vs + o + N
             k1 = dk
-            d1 = <const char*>d + (o + N) * (1 if dk == K_U8 else (4 if dk == K_F32 else 8))
+            d1 = <const char*>d + (o + N) * _flag_size(dk)
         if k1 == K_U8:
             _vt_row(n, x + o, is_log, r + o, v + o, v1, <const u8*>d1, acc1,
                     g, lam, rho_bar, c_bar, pg_bar, vs + o, pg + o)
