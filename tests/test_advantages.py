@@ -178,6 +178,29 @@ def test_gae_non_contiguous_inputs_are_copied():
     np.testing.assert_array_equal(ret, e_ret)
 
 
+def test_gae_byteswapped_and_misaligned_inputs():
+    rng = np.random.default_rng(20)
+    data = make_rollout(rng, 11, 5, np.float64, np.float64)
+    expected = fastvec.gae(*data, gamma=0.9, gae_lambda=0.8)
+    swapped = [x.astype(x.dtype.newbyteorder(">" if np.little_endian else "<")) for x in data]
+    got = fastvec.gae(*swapped, gamma=0.9, gae_lambda=0.8)
+    assert got[0].dtype == np.float64 and got[0].dtype.isnative
+    np.testing.assert_array_equal(got[0], expected[0])
+    misaligned = []
+    for x in data:  # same values, at an odd address
+        buf = np.zeros(x.nbytes + 1, np.uint8)
+        view = np.frombuffer(buf.data, dtype=x.dtype, count=x.size, offset=1).reshape(x.shape)
+        view[...] = x
+        assert not view.flags.aligned
+        misaligned.append(view)
+    got = fastvec.gae(*misaligned, gamma=0.9, gae_lambda=0.8)
+    np.testing.assert_array_equal(got[0], expected[0])
+    np.testing.assert_array_equal(got[1], expected[1])
+    with pytest.raises(ValueError, match="native byte order"):
+        fastvec.gae(*data, gamma=0.9, gae_lambda=0.8, out=(np.empty((11, 5), ">f8"),
+                                                          np.empty((11, 5), ">f8")))
+
+
 def test_gae_mixed_float_dtypes_promote():
     rng = np.random.default_rng(2)
     r, v, d, nv, nd = make_rollout(rng, 10, 3, np.float32)
@@ -247,6 +270,18 @@ def test_gae_bad_inputs_raise_clear_errors():
         fastvec.gae(r, v, d, nv, nd, num_threads=0, **kw)
     with pytest.raises(TypeError):
         fastvec.gae(r, v, d, nv, nd, gamma=0.9)  # gae_lambda is required
+
+
+def test_public_signatures():
+    import inspect
+
+    sig = inspect.signature(fastvec.gae)
+    assert list(sig.parameters)[:5] == ["rewards", "values", "dones", "next_value", "next_done"]
+    for name in ("gamma", "gae_lambda", "out"):
+        assert sig.parameters[name].kind is inspect.Parameter.KEYWORD_ONLY
+    assert sig.parameters["out"].default is None
+    assert fastvec.gae is fastvec.advantages.gae
+    assert {"gae", "gae_sb3", "gae_terminated_truncated", "vtrace"} <= set(fastvec.__all__)
 
 
 @pytest.mark.parametrize("ftype", FLOATS)

@@ -13,7 +13,9 @@ them), outputs preallocated where the implementation allows it:
   arithmetic, the ceiling a memory-bound kernel can approach.
 
 Ratio columns: reference time / fastvec time (higher is better for fastvec),
-and fastvec time / memcpy time (1.0 = at the memory-copy ceiling).
+and fastvec time / memcpy time (1.0 = at the memory-copy ceiling), in wall time
+and in CPU time of the calling thread (the latter does not count time spent
+preempted, so it is the steadier figure on a loaded machine).
 """
 from __future__ import annotations
 
@@ -113,24 +115,31 @@ def _sb3_case(data):
     return lambda: buf.compute_returns_and_advantage(last_values=last_values, dones=last_dones)
 
 
-def interleaved_medians(cases: dict, repeats: int, numbers: dict) -> dict:
-    """Median seconds per call of each case, the cases taking turns within every repeat.
+def interleaved_medians(cases: dict, repeats: int, numbers: dict, cpu: dict | None = None) -> dict:
+    """Median wall seconds per call of each case, the cases taking turns within every repeat.
 
     Taking turns keeps the ratios fair on a shared machine whose load drifts
     during the run (each repeat sees every case under about the same load).
+    If ``cpu`` is a dict, it receives the median CPU seconds per call of the
+    calling thread (``time.thread_time``: time spent preempted is not counted).
     """
     import time
 
     for name, fn in cases.items():  # warm-up
         fn()
     times = {name: [] for name in cases}
+    cpu_times = {name: [] for name in cases}
     for _ in range(repeats):
         for name, fn in cases.items():
             number = numbers[name]
+            start_cpu = time.thread_time()
             start = time.perf_counter()
             for _ in range(number):
                 fn()
             times[name].append((time.perf_counter() - start) / number)
+            cpu_times[name].append((time.thread_time() - start_cpu) / number)
+    if cpu is not None:
+        cpu.update({name: float(np.median(t)) for name, t in cpu_times.items()})
     return {name: float(np.median(t)) for name, t in times.items()}
 
 
@@ -143,7 +152,7 @@ def run(quick: bool) -> None:
         torch = None
     sizes = SIZES[:-1] if quick else SIZES
     header = ["T x N", "fastvec", "fastvec 2thr", "NumPy loop", "CleanRL torch", "SB3", "memcpy",
-              "NumPy/fv", "torch/fv", "SB3/fv", "fv/memcpy"]
+              "NumPy/fv", "torch/fv", "SB3/fv", "fv/memcpy", "fv/memcpy (CPU time)"]
     rows = []
     for T, N in sizes:
         data = _rollout(T, N)
@@ -166,7 +175,8 @@ def run(quick: bool) -> None:
         # calls per repeat: ~2 ms of work for the fast cases, one call for the loops
         fast_number = max(1, min(2000, 4_000_000 // (T * N)))
         numbers = {**{k: fast_number for k in fast}, **{k: 1 for k in slow}}
-        med = interleaved_medians({**fast, **slow}, 7 if quick else 15, numbers)
+        cpu: dict = {}
+        med = interleaved_medians({**fast, **slow}, 7 if quick else 15, numbers, cpu)
         if T * N >= 1 << 18:  # threads only pay off on large buffers
             # measured on their own: idle OpenMP workers spin for a while after each call,
             # which would slow down whatever case runs next
@@ -179,7 +189,8 @@ def run(quick: bool) -> None:
         ratio = lambda k: f"{med[k] / fv:.1f}x" if k in med else "—"
         rows.append([f"{T} x {N}", cell("fastvec"), cell("fastvec 2thr"), cell("NumPy loop"),
                      cell("CleanRL torch"), cell("SB3"), cell("memcpy"), ratio("NumPy loop"),
-                     ratio("CleanRL torch"), ratio("SB3"), f"{fv / med['memcpy']:.2f}"])
+                     ratio("CleanRL torch"), ratio("SB3"), f"{fv / med['memcpy']:.2f}",
+                     f"{cpu['fastvec'] / cpu['memcpy']:.2f}"])
     print_table("GAE, float32 [T, N], preallocated outputs (median per call)", header, rows)
 
     # V-trace: fastvec (log-rhos: one scalar exp per element; rhos: vectorised) vs NumPy rows

@@ -446,20 +446,25 @@ cdef int _float_type(str fn, tuple names, tuple arrays) except -1:
     return cnp.NPY_FLOAT32
 
 
+cdef inline bint _direct(cnp.ndarray a):
+    """Can a kernel read a's buffer as it is (C-contiguous, aligned, native byte order)?"""
+    return (cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_ISALIGNED(a)
+            and cnp.PyArray_ISNOTSWAPPED(a))
+
+
 cdef cnp.ndarray _prep_float(str fn, str name, cnp.ndarray a, int ftype):
-    """a as a C-contiguous array of ftype (a copy only when it is not one already)."""
-    if cnp.PyArray_TYPE(a) != ftype:
-        if a.dtype.kind not in "biuf":
-            raise TypeError(f"{fn}: {name} must hold real numbers (float32 or float64), "
-                            f"got dtype {a.dtype}")
-        return np.ascontiguousarray(a, dtype=np.float32 if ftype == cnp.NPY_FLOAT32 else np.float64)
-    if not cnp.PyArray_IS_C_CONTIGUOUS(a):
-        return np.ascontiguousarray(a)
-    return a
+    """a as a kernel-readable array of ftype (a copy only when it is not one already)."""
+    if cnp.PyArray_TYPE(a) == ftype and _direct(a):
+        return a
+    if a.dtype.kind not in "biuf":
+        raise TypeError(f"{fn}: {name} must hold real numbers (float32 or float64), "
+                        f"got dtype {a.dtype}")
+    return np.array(a, dtype=np.float32 if ftype == cnp.NPY_FLOAT32 else np.float64, order="C")
 
 
 cdef cnp.ndarray _prep_flags(str fn, str name, cnp.ndarray a, int ftype, int* kind):
-    """a as C-contiguous flags the kernels read directly: bool/uint8, float32 or float64."""
+    """a as kernel-readable flags: bool/uint8 (read as u8), float32 or float64 as they
+    are; other integer dtypes converted to the float type."""
     cdef int t = cnp.PyArray_TYPE(a)
     if t == cnp.NPY_BOOL or t == cnp.NPY_UINT8:
         kind[0] = K_U8
@@ -471,10 +476,10 @@ cdef cnp.ndarray _prep_flags(str fn, str name, cnp.ndarray a, int ftype, int* ki
         if a.dtype.kind not in "biuf":
             raise TypeError(f"{fn}: {name} must be bool, integer or float flags, got dtype {a.dtype}")
         kind[0] = K_F32 if ftype == cnp.NPY_FLOAT32 else K_F64
-        return np.ascontiguousarray(a, dtype=np.float32 if ftype == cnp.NPY_FLOAT32 else np.float64)
-    if not cnp.PyArray_IS_C_CONTIGUOUS(a):
-        return np.ascontiguousarray(a)
-    return a
+        return np.array(a, dtype=np.float32 if ftype == cnp.NPY_FLOAT32 else np.float64, order="C")
+    if _direct(a):
+        return a
+    return np.array(a, dtype=a.dtype.newbyteorder("="), order="C")
 
 
 cdef int _check_2d(str fn, str name, cnp.ndarray a, Py_ssize_t T, Py_ssize_t N) except -1:
@@ -524,8 +529,9 @@ cdef tuple _outputs(str fn, tuple names, object out, int ftype, Py_ssize_t T, Py
                             f"{'float32' if ftype == cnp.NPY_FLOAT32 else 'float64'} like the "
                             f"inputs, got {x.dtype}")
         _check_2d(fn, "out " + name, x, T, N)
-        if not cnp.PyArray_IS_C_CONTIGUOUS(x) or not cnp.PyArray_ISWRITEABLE(x):
-            raise ValueError(f"{fn}: out {name} must be a writeable C-contiguous array")
+        if not (_direct(x) and cnp.PyArray_ISWRITEABLE(x)):
+            raise ValueError(f"{fn}: out {name} must be a writeable C-contiguous array "
+                             f"(aligned, native byte order)")
     if _overlap(o0, o1):
         raise ValueError(f"{fn}: the two out arrays share memory")
     for x in inputs:
