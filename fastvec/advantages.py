@@ -72,7 +72,8 @@ def gae(rewards: ArrayLike, values: ArrayLike, dones: ArrayLike, next_value: Arr
 
     Args:
         rewards, values, dones: ``[T, N]``.
-        next_value, next_done: ``[N]``.
+        next_value, next_done: ``[N]`` (``[1, N]`` and ``[N, 1]`` are accepted too, so
+            CleanRL's ``next_value.reshape(1, -1)`` can be passed as it is).
         gamma, gae_lambda: discount and GAE lambda.
         out: optional ``(advantages, returns)`` ``[T, N]`` arrays to write into.
         num_threads: see the module docstring (default 1).
@@ -127,8 +128,6 @@ def gae_sb3(rewards: ArrayLike, values: ArrayLike, episode_starts: ArrayLike,
     buf.episode_starts, last_values, dones, gamma=buf.gamma,
     gae_lambda=buf.gae_lambda, out=(buf.advantages, buf.returns))``.
     """
-    if getattr(last_values, "ndim", 1) != 1:
-        last_values = last_values.reshape(-1)  # SB3 passes values as [N, 1]
     return _gae_next_done(rewards, values, episode_starts, last_values, dones, gamma, gae_lambda,
                           out, num_threads)
 

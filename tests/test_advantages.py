@@ -201,6 +201,15 @@ def test_gae_byteswapped_and_misaligned_inputs():
                                                           np.empty((11, 5), ">f8")))
 
 
+def test_gae_next_value_as_a_row_or_a_column():
+    rng = np.random.default_rng(21)
+    r, v, d, nv, nd = make_rollout(rng, 9, 4)
+    expected = fastvec.gae(r, v, d, nv, nd, gamma=0.9, gae_lambda=0.9)
+    for shaped in (nv[None, :], nv[:, None]):  # CleanRL's next_value.reshape(1, -1), SB3's [N, 1]
+        got = fastvec.gae(r, v, d, shaped, nd[None, :], gamma=0.9, gae_lambda=0.9)
+        np.testing.assert_array_equal(got[0], expected[0])
+
+
 def test_gae_mixed_float_dtypes_promote():
     rng = np.random.default_rng(2)
     r, v, d, nv, nd = make_rollout(rng, 10, 3, np.float32)
@@ -240,7 +249,9 @@ def test_gae_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match=r"dones must have shape"):
         fastvec.gae(r, v, d[:7], nv, nd, **kw)
     with pytest.raises(ValueError, match=r"next_value must have shape \[N\] = \(4,\)"):
-        fastvec.gae(r, v, d, nv[:, None], nd, **kw)
+        fastvec.gae(r, v, d, np.zeros((2, 2), np.float32), nd, **kw)
+    with pytest.raises(ValueError, match=r"next_value must have shape \[N\] = \(4,\)"):
+        fastvec.gae(r, v, d, nv[:3], nd, **kw)
     with pytest.raises(ValueError, match=r"next_done must have shape \[N\]"):
         fastvec.gae(r, v, d, nv, nd[:2], **kw)
     with pytest.raises(TypeError, match=r"rewards must hold real numbers.*complex"):

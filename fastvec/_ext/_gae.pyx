@@ -489,10 +489,15 @@ cdef int _check_2d(str fn, str name, cnp.ndarray a, Py_ssize_t T, Py_ssize_t N) 
     return 0
 
 
-cdef int _check_1d(str fn, str name, cnp.ndarray a, Py_ssize_t N) except -1:
-    if cnp.PyArray_NDIM(a) != 1 or cnp.PyArray_DIM(a, 0) != N:
-        raise ValueError(f"{fn}: {name} must have shape [N] = ({N},), got {_shape_str(a)}")
-    return 0
+cdef cnp.ndarray _check_1d(str fn, str name, cnp.ndarray a, Py_ssize_t N):
+    """a as shape [N]; [1, N] and [N, 1] (a critic's output) are taken as views."""
+    if cnp.PyArray_NDIM(a) == 1 and cnp.PyArray_DIM(a, 0) == N:
+        return a
+    if cnp.PyArray_NDIM(a) == 2 and cnp.PyArray_SIZE(a) == N and (
+            cnp.PyArray_DIM(a, 0) == 1 or cnp.PyArray_DIM(a, 1) == 1):
+        return a.reshape(N)
+    raise ValueError(f"{fn}: {name} must have shape [N] = ({N},) (or [1, N], [N, 1]), "
+                     f"got {_shape_str(a)}")
 
 
 cdef inline bint _overlap(cnp.ndarray a, cnp.ndarray b):
@@ -572,8 +577,8 @@ def gae_next_done(rewards, values, dones, next_value, next_done,
     N = cnp.PyArray_DIM(r, 1)
     _check_2d(fn, "values", v, T, N)
     _check_2d(fn, "dones", d, T, N)
-    _check_1d(fn, "next_value", nv, N)
-    _check_1d(fn, "next_done", nd, N)
+    nv = _check_1d(fn, "next_value", nv, N)
+    nd = _check_1d(fn, "next_done", nd, N)
     ft = _float_type(fn, ("rewards", "values", "next_value"), (r, v, nv))
     r = _prep_float(fn, "rewards", r, ft)
     v = _prep_float(fn, "values", v, ft)
@@ -614,7 +619,7 @@ def gae_terminated_truncated(rewards, values, terminated, truncated, next_value,
     _check_2d(fn, "values", v, T, N)
     _check_2d(fn, "terminated", te, T, N)
     _check_2d(fn, "truncated", tr, T, N)
-    _check_1d(fn, "next_value", nv, N)
+    nv = _check_1d(fn, "next_value", nv, N)
     if next_values is not None:
         nvs = _arr(next_values)
         _check_2d(fn, "next_values", nvs, T, N)
@@ -674,8 +679,8 @@ def vtrace(rewards, values, dones, next_value, next_done, log_rhos, rhos,
     _check_2d(fn, "values", v, T, N)
     _check_2d(fn, "dones", d, T, N)
     _check_2d(fn, "log_rhos" if is_log else "rhos", x, T, N)
-    _check_1d(fn, "next_value", nv, N)
-    _check_1d(fn, "next_done", nd, N)
+    nv = _check_1d(fn, "next_value", nv, N)
+    nd = _check_1d(fn, "next_done", nd, N)
     ft = _float_type(fn, ("rewards", "values", "next_value", "log_rhos" if is_log else "rhos"),
                      (r, v, nv, x))
     r = _prep_float(fn, "rewards", r, ft)
