@@ -9,11 +9,14 @@ them), outputs preallocated where the implementation allows it:
 * ``CleanRL torch``: CleanRL ppo.py's torch loop on CPU tensors;
 * ``SB3``: ``RolloutBuffer.compute_returns_and_advantage`` (when SB3 is installed);
 * ``memcpy``: ``np.copyto`` of the 3 inputs into the 2 outputs (rewards -> adv,
-  values -> ret, dones -> adv): moves at least the bytes GAE must move, with no
-  arithmetic, the ceiling a memory-bound kernel can approach.
+  values -> ret, dones -> adv): reads the 3 inputs and writes 3 output arrays, no
+  arithmetic;
+* ``3R2W``: ``np.add(rewards, dones, out=adv); np.copyto(ret, values)``: exactly the
+  3 arrays read and 2 written that GAE must move, with one add per element. The two
+  are the ceilings a memory-bound kernel can approach.
 
 Ratio columns: reference time / fastvec time (higher is better for fastvec),
-and fastvec time / memcpy time (1.0 = at the memory-copy ceiling), in wall time
+and fastvec time / ceiling time (1.0 = at the memory-copy ceiling), in wall time
 and in CPU time of the calling thread (the latter does not count time spent
 preempted, so it is the steadier figure on a loaded machine).
 """
@@ -152,7 +155,8 @@ def run(quick: bool) -> None:
         torch = None
     sizes = SIZES[:-1] if quick else SIZES
     header = ["T x N", "fastvec", "fastvec 2thr", "NumPy loop", "CleanRL torch", "SB3", "memcpy",
-              "NumPy/fv", "torch/fv", "SB3/fv", "fv/memcpy", "fv/memcpy (CPU time)"]
+              "3R2W", "NumPy/fv", "torch/fv", "SB3/fv", "fv/memcpy", "fv/memcpy (CPU)", "fv/3R2W",
+              "fv/3R2W (CPU)"]
     rows = []
     for T, N in sizes:
         data = _rollout(T, N)
@@ -164,6 +168,7 @@ def run(quick: bool) -> None:
             "fastvec": lambda: fastvec.gae(*data, gamma=GAMMA, gae_lambda=LAM, out=(adv, ret)),
             "memcpy": lambda: (np.copyto(adv, rewards), np.copyto(ret, values),
                                np.copyto(adv, dones)),
+            "3R2W": lambda: (np.add(rewards, dones, out=adv), np.copyto(ret, values)),
         }
         slow = {"NumPy loop": lambda: numpy_loop(*data, work, GAMMA, LAM)}
         if torch is not None:
@@ -188,9 +193,10 @@ def run(quick: bool) -> None:
         cell = lambda k: fmt_time(med[k]) if k in med else "—"
         ratio = lambda k: f"{med[k] / fv:.1f}x" if k in med else "—"
         rows.append([f"{T} x {N}", cell("fastvec"), cell("fastvec 2thr"), cell("NumPy loop"),
-                     cell("CleanRL torch"), cell("SB3"), cell("memcpy"), ratio("NumPy loop"),
-                     ratio("CleanRL torch"), ratio("SB3"), f"{fv / med['memcpy']:.2f}",
-                     f"{cpu['fastvec'] / cpu['memcpy']:.2f}"])
+                     cell("CleanRL torch"), cell("SB3"), cell("memcpy"), cell("3R2W"),
+                     ratio("NumPy loop"), ratio("CleanRL torch"), ratio("SB3"),
+                     f"{fv / med['memcpy']:.2f}", f"{cpu['fastvec'] / cpu['memcpy']:.2f}",
+                     f"{fv / med['3R2W']:.2f}", f"{cpu['fastvec'] / cpu['3R2W']:.2f}"])
     print_table("GAE, float32 [T, N], preallocated outputs (median per call)", header, rows)
 
     # V-trace: fastvec (log-rhos: one scalar exp per element; rhos: vectorised) vs NumPy rows
