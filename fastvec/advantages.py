@@ -14,11 +14,14 @@ Inputs
       outputs (``torch.from_numpy`` views of the new arrays), NumPy inputs give
       NumPy outputs. A tensor that requires grad must be ``.detach()``-ed first.
     * Float data (rewards, values, ...) as float32 or float64; the kernel runs
-      in that precision. Mixed float dtypes, integers or non-contiguous arrays
-      work, through one conversion copy of the offending input (the fast path
-      is: C-contiguous arrays of one float dtype).
-    * Done flags as bool, uint8, float32 or float64, read in their own dtype
-      (no conversion copy); other integer dtypes are converted.
+      in that precision. Mixed float dtypes, integers, non-contiguous,
+      misaligned or byte-swapped arrays work, through one conversion copy of
+      the offending input (the fast path is: C-contiguous arrays of one float
+      dtype). Mixed floats run in float64, float32 with integers in float32.
+    * Done flags (0 or 1) as bool, uint8, float32 or float64, read in their own
+      dtype (no conversion copy); other integer dtypes are converted.
+    * ``next_value`` / ``next_done`` are ``[N]``; ``[1, N]`` and ``[N, 1]`` are
+      accepted as well.
     * ``out=(a, b)``: preallocated C-contiguous outputs of the float dtype
       (NumPy arrays or CPU tensors), returned as given; they must not share
       memory with the inputs. Without it the two outputs are new arrays.
