@@ -154,7 +154,7 @@ def run(quick: bool) -> None:
     except ImportError:  # the torch column is left out
         torch = None
     sizes = SIZES[:-1] if quick else SIZES
-    header = ["T x N", "fastvec", "fastvec 2thr", "NumPy loop", "CleanRL torch", "SB3", "memcpy",
+    header = ["T x N", "fastvec", "fastvec (CPU)", "fastvec 2thr", "NumPy loop", "CleanRL torch", "SB3", "memcpy",
               "3R2W", "NumPy/fv", "torch/fv", "SB3/fv", "fv/memcpy", "fv/memcpy (CPU)", "fv/3R2W",
               "fv/3R2W (CPU)"]
     rows = []
@@ -192,7 +192,7 @@ def run(quick: bool) -> None:
         fv = med["fastvec"]
         cell = lambda k: fmt_time(med[k]) if k in med else "—"
         ratio = lambda k: f"{med[k] / fv:.1f}x" if k in med else "—"
-        rows.append([f"{T} x {N}", cell("fastvec"), cell("fastvec 2thr"), cell("NumPy loop"),
+        rows.append([f"{T} x {N}", cell("fastvec"), fmt_time(cpu["fastvec"]), cell("fastvec 2thr"), cell("NumPy loop"),
                      cell("CleanRL torch"), cell("SB3"), cell("memcpy"), cell("3R2W"),
                      ratio("NumPy loop"), ratio("CleanRL torch"), ratio("SB3"),
                      f"{fv / med['memcpy']:.2f}", f"{cpu['fastvec'] / cpu['memcpy']:.2f}",
