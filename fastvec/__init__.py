@@ -6,9 +6,13 @@ work (see :mod:`fastvec.registration`).
 from fastvec import registration, spaces
 from fastvec.errors import RemoteTraceback, WorkerDiedError, WorkerError
 from fastvec.vector.shared import FastVectorEnv
+from fastvec.advantages import gae, gae_sb3, gae_terminated_truncated, vtrace
 
 __version__ = "0.1.0"
 
 registration.install()
 
-__all__ = ["FastVectorEnv", "RemoteTraceback", "WorkerDiedError", "WorkerError", "registration", "spaces"]
+__all__ = [
+    "FastVectorEnv", "RemoteTraceback", "WorkerDiedError", "WorkerError", "registration", "spaces",
+    "gae", "gae_sb3", "gae_terminated_truncated", "vtrace",
+]
