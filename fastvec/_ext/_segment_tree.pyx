@@ -10,8 +10,9 @@ works; a parent is always ``tree[2n] + tree[2n + 1]`` (or their min).
 
 Update: leaves are written in batch order (a duplicate index: the last write
 wins), then ancestors are recomputed one level at a time for the whole batch
-(independent loads, so cache misses overlap); the upper levels that hold
-fewer nodes than a threshold are recomputed whole, contiguously.
+(independent loads, so cache misses overlap, and each pass prefetches the
+parents the next pass writes); the upper levels that hold no more nodes than
+the batch are recomputed whole, contiguously.
 
 Search: the batch descends in groups of LANES queries, each group walking all
 levels with its state in registers. Each step reads the left child sum ``l``
@@ -35,6 +36,17 @@ from fastvec._ext._types cimport f64, i64
 
 cdef enum:
     LANES = 8
+
+cdef extern from *:
+    """
+    /* Hint that a line is about to be written (a no-op where unsupported). */
+    #if defined(__GNUC__) || defined(__clang__)
+    #define FASTVEC_PREFETCH_W(p) __builtin_prefetch((const void*)(p), 1)
+    #else
+    #define FASTVEC_PREFETCH_W(p) ((void)0)
+    #endif
+    """
+    void FASTVEC_PREFETCH_W(const void* p) noexcept nogil
 
 
 # --------------------------------------------------------------------------- kernels
@@ -77,14 +89,18 @@ cdef void _update(
     cdef Py_ssize_t i, node, start
     cdef int shift = 0
     cdef f64* t = &tree[0]
+    # While one level is written, the parents for the next pass are prefetched:
+    # their addresses are known, so the misses overlap the current pass.
     for i in range(n):
         t[size + indices[i]] = priorities[i]
+        FASTVEC_PREFETCH_W(t + ((size + indices[i]) >> 1))
     start = size >> 1          # first node of the level being recomputed
     while start > dense_nodes:
         shift += 1
         for i in range(n):
             node = (size + indices[i]) >> shift
             t[node] = _combine(t[2 * node], t[2 * node + 1], is_min)
+            FASTVEC_PREFETCH_W(t + (node >> 1))
         start >>= 1
     while start >= 1:          # the small upper levels: every node, bottom-up
         for node in range(start, 2 * start):
