@@ -219,13 +219,14 @@ class PrioritizedReplayBuffer:
         indices = self._sum_tree.sample(batch_size, self._rng)
         p = self._sum_tree[indices]
         weights = (p / self._min_tree.min()) ** (-beta)
+        take = lambda arrays: [a.take(indices, axis=0) for a in arrays]  # noqa: E731 (take: 10x a[idx])
         batch = Transitions(
-            observations=self._obs_layout.join([a[indices] for a in self._obs]),
-            actions=self._act_layout.join([a[indices] for a in self._actions]),
-            rewards=self._rewards[indices],
-            next_observations=self._obs_layout.join([a[indices] for a in self._next_obs]),
-            terminations=self._terminations[indices],
-            truncations=self._truncations[indices],
+            observations=self._obs_layout.join(take(self._obs)),
+            actions=self._act_layout.join(take(self._actions)),
+            rewards=self._rewards.take(indices),
+            next_observations=self._obs_layout.join(take(self._next_obs)),
+            terminations=self._terminations.take(indices),
+            truncations=self._truncations.take(indices),
         )
         return PrioritizedSample(batch, indices, weights.astype(np.float32))
 
