@@ -53,7 +53,7 @@ cdef extern from *:
 
 cdef inline f64 _combine(f64 a, f64 b, bint is_min) noexcept nogil:
     if is_min:
-        return a if a <= b else b
+        return a if a < b else b  # exactly minsd: branch-free
     return a + b
 
 
