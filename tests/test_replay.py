@@ -25,13 +25,17 @@ def ref_find(leaves: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 
 def check_tree_invariant(tree) -> None:
-    """Every internal node equals the sum/min of its two children, padding is the identity."""
-    t, size = tree._tree, tree._size
-    assert np.all(t[size + tree.capacity:] == tree._identity)
+    """Block nodes combine their 8 leaves pairwise, every heap node its two
+    children; padding is the identity."""
+    leaves, heap, bsize = tree._leaf_buffer, tree._heap, tree._bsize
+    assert np.all(leaves[tree.capacity:] == tree._identity)
     op = np.minimum if tree._is_min else np.add
-    for node_start in (1 << k for k in range(size.bit_length() - 1)):
+    c = leaves.reshape(bsize, 8)
+    blocks = op(op(op(c[:, 0], c[:, 1]), op(c[:, 2], c[:, 3])), op(op(c[:, 4], c[:, 5]), op(c[:, 6], c[:, 7])))
+    np.testing.assert_array_equal(heap[bsize:], blocks)
+    for node_start in (1 << k for k in range(bsize.bit_length() - 1)):
         nodes = np.arange(node_start, 2 * node_start)
-        np.testing.assert_array_equal(t[nodes], op(t[2 * nodes], t[2 * nodes + 1]))
+        np.testing.assert_array_equal(heap[nodes], op(heap[2 * nodes], heap[2 * nodes + 1]))
 
 
 def sequential_assign(leaves: np.ndarray, indices, priorities) -> None:
@@ -112,17 +116,17 @@ def test_find_prefixsum_random_floats_within_rounding(capacity, seed, zero_fract
     np.testing.assert_array_equal(got[far], ref[far])
 
 
-def test_large_tree_matches_numpy_and_lanes_agree_with_tail():
+def test_large_tree_matches_numpy_batched_and_one_by_one():
     rng = np.random.default_rng(7)
     capacity = 100_003  # not a power of two
     leaves = rng.integers(0, 1000, capacity).astype(np.float64)
     leaves[rng.random(capacity) < 0.2] = 0
     tree = SumTree(capacity)
     tree.update(np.arange(capacity), leaves)
-    values = rng.uniform(0, leaves.sum(), 4099)  # 512 groups of 8 lanes + a tail of 3
+    values = rng.uniform(0, leaves.sum(), 4099)
     got = tree.find_prefixsum(values)
     np.testing.assert_array_equal(got, ref_find(leaves, values))
-    # the same values one by one (the guarded tail path) give the same leaves
+    # the same values one at a time give the same leaves
     one_by_one = np.array([tree.find_prefixsum(v) for v in values[:64]])
     np.testing.assert_array_equal(one_by_one, got[:64])
     # updates of a batch with duplicates, then again
@@ -228,7 +232,7 @@ def test_tree_input_validation(cls):
         cls(0)
     tree = cls(8)
     tree.update([1, 2], [1.0, 2.0])
-    before = tree._tree.copy()
+    before = (tree._leaf_buffer.copy(), tree._heap.copy())
     with pytest.raises(ValueError, match=r"indices must be in \[0, 8\), got 8 at position 1"):
         tree.update([0, 8], [1.0, 1.0])
     with pytest.raises(ValueError, match=r"got -1 at position 0"):
@@ -244,7 +248,8 @@ def test_tree_input_validation(cls):
     with pytest.raises(TypeError, match="priorities must be real numbers"):
         tree.update([0], ["a"])
     # a failed update writes nothing
-    np.testing.assert_array_equal(tree._tree, before)
+    np.testing.assert_array_equal(tree._leaf_buffer, before[0])
+    np.testing.assert_array_equal(tree._heap, before[1])
 
 
 def test_sum_tree_rejects_inf_priority_and_bad_prefixes():

@@ -84,7 +84,7 @@ class NumpySegmentTree:
         return node - self.size
 
 
-def _optional_rows(capacity, idx, prio, values, batch, repeats):
+def _optional_rows(capacity, idx_pool, prio_pool, values_pool, batch, repeats, cycling):
     """tianshou / cpprb / torchrl, when importable (never installed by fastvec)."""
     rows = []
     try:
@@ -93,11 +93,12 @@ def _optional_rows(capacity, idx, prio, values, batch, repeats):
         tree = TianshouTree(capacity)
         tree[np.arange(capacity)] = np.random.default_rng(0).random(capacity)
 
-        def ts_update():
-            tree[idx] = prio
+        def ts_update(i, p):
+            tree[i] = p
 
-        rows.append(("tianshou SegmentTree (sum only)", median_time(ts_update, repeats),
-                     median_time(lambda: tree.get_prefix_sum_idx(values), repeats)))
+        rows.append(("tianshou SegmentTree (sum only)",
+                     median_time(cycling(ts_update, idx_pool, prio_pool), repeats),
+                     median_time(cycling(tree.get_prefix_sum_idx, values_pool), repeats)))
     except Exception as exc:  # noqa: BLE001 - optional, report and go on
         rows.append(("tianshou", None, None, f"not available ({type(exc).__name__})"))
     try:
@@ -109,12 +110,13 @@ def _optional_rows(capacity, idx, prio, values, batch, repeats):
         s.update(np.arange(capacity), init)
         m.update(np.arange(capacity), init)
 
-        def trl_update():
-            s.update(idx, prio)
-            m.update(idx, prio)
+        def trl_update(i, p):
+            s.update(i, p)
+            m.update(i, p)
 
-        rows.append(("torchrl Sum/MinSegmentTreeFp64", median_time(trl_update, repeats),
-                     median_time(lambda: s.scan_lower_bound(values), repeats)))
+        rows.append(("torchrl Sum/MinSegmentTreeFp64",
+                     median_time(cycling(trl_update, idx_pool, prio_pool), repeats),
+                     median_time(cycling(s.scan_lower_bound, values_pool), repeats)))
     except Exception as exc:  # noqa: BLE001
         rows.append(("torchrl", None, None, f"not available ({type(exc).__name__})"))
     try:
@@ -125,7 +127,7 @@ def _optional_rows(capacity, idx, prio, values, batch, repeats):
         sample_idx = rb.sample(batch)["indexes"]
 
         rows.append(("cpprb PrioritizedReplayBuffer",
-                     median_time(lambda: rb.update_priorities(sample_idx, prio), repeats),
+                     median_time(lambda: rb.update_priorities(sample_idx, prio_pool[0]), repeats),
                      median_time(lambda: rb.sample(batch), repeats)))
     except Exception as exc:  # noqa: BLE001
         rows.append(("cpprb", None, None, f"not available ({type(exc).__name__})"))
@@ -138,25 +140,39 @@ def run(quick: bool) -> None:
     repeats = 5 if quick else 21
     rng = np.random.default_rng(0)
     init = rng.random(capacity)
-    idx = rng.integers(0, capacity, batch).astype(np.int64)
-    prio = rng.random(batch)
+    # Fresh indices / prefix values at every call (cycled from a pool), so
+    # that no implementation is timed on paths it has just brought into cache.
+    pool = 16
+    idx_pool = [rng.integers(0, capacity, batch).astype(np.int64) for _ in range(pool)]
+    prio_pool = [rng.random(batch) for _ in range(pool)]
+    idx, prio = idx_pool[0], prio_pool[0]
+
+    def cycling(fn, *pools):
+        state = [0]
+
+        def call():
+            k = state[0] = (state[0] + 1) % pool
+            return fn(*(p[k] for p in pools))
+
+        return call
 
     s_tree, m_tree = SumTree(capacity), MinTree(capacity)
     s_tree.update(np.arange(capacity), init)
     m_tree.update(np.arange(capacity), init)
     total = s_tree.total()
-    values = rng.random(batch) * total
-    sorted_values = (np.arange(batch) + rng.random(batch)) * (total / batch)  # stratified
+    values_pool = [rng.random(batch) * total for _ in range(pool)]
+    sorted_pool = [(np.arange(batch) + rng.random(batch)) * (total / batch) for _ in range(pool)]  # stratified
+    values = values_pool[0]
 
-    def fv_update():
-        s_tree.update(idx, prio)
-        m_tree.update(idx, prio)
+    def fv_update(i, p):
+        s_tree.update(i, p)
+        m_tree.update(i, p)
 
     sample_rng = np.random.default_rng(1)
-    fv_upd = median_time(fv_update, repeats, number=5)
-    fv_find = median_time(lambda: s_tree.find_prefixsum(values), repeats, number=5)
-    fv_find_sorted = median_time(lambda: s_tree.find_prefixsum(sorted_values), repeats, number=5)
-    fv_sample = median_time(lambda: s_tree.sample(batch, sample_rng), repeats, number=5)
+    fv_upd = median_time(cycling(fv_update, idx_pool, prio_pool), repeats, number=pool)
+    fv_find = median_time(cycling(s_tree.find_prefixsum, values_pool), repeats, number=pool)
+    fv_find_sorted = median_time(cycling(s_tree.find_prefixsum, sorted_pool), repeats, number=pool)
+    fv_sample = median_time(lambda: s_tree.sample(batch, sample_rng), repeats, number=pool)
 
     np_s, np_m = NumpySegmentTree(capacity, False), NumpySegmentTree(capacity, True)
     np_s.tree[np_s.size:np_s.size + capacity] = init
@@ -164,14 +180,15 @@ def run(quick: bool) -> None:
     np_s.update(np.arange(capacity), init)
     np_m.update(np.arange(capacity), init)
 
-    def np_update():
-        np_s.update(idx, prio)
-        np_m.update(idx, prio)
+    def np_update(i, p):
+        np_s.update(i, p)
+        np_m.update(i, p)
 
-    np_upd = median_time(np_update, repeats)
-    np_find = median_time(lambda: np_s.find_prefixsum(values), repeats)
-    leaves = s_tree._leaves
-    cumsum_find = median_time(lambda: np.searchsorted(np.cumsum(leaves), values, side="right"), repeats)
+    np_upd = median_time(cycling(np_update, idx_pool, prio_pool), repeats)
+    np_find = median_time(cycling(np_s.find_prefixsum, values_pool), repeats)
+    leaves = s_tree[:]
+    cumsum_find = median_time(
+        cycling(lambda v: np.searchsorted(np.cumsum(leaves), v, side="right"), values_pool), repeats)
 
     py_s = PythonSegmentTree(capacity, lambda a, b: a + b, 0.0)
     py_m = PythonSegmentTree(capacity, min, float("inf"))
@@ -206,7 +223,7 @@ def run(quick: bool) -> None:
         ("NumPy cumsum + searchsorted", "—", "—", fmt_time(cumsum_find), ratio(cumsum_find, fv_find),
          "O(capacity) per batch"),
     ]
-    for row in _optional_rows(capacity, idx, prio, values, batch, max(3, repeats // 3)):
+    for row in _optional_rows(capacity, idx_pool, prio_pool, values_pool, batch, max(3, repeats // 3), cycling):
         if len(row) == 4:
             rows.append((row[0], "—", "—", "—", "—", row[3]))
         else:

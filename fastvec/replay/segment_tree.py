@@ -11,13 +11,24 @@ from fastvec.replay._validate import as_capacity, as_float64, as_indices
 __all__ = ["SegmentTree"]
 
 
+def _aligned_full(n: int, value: float) -> np.ndarray:
+    """float64 array of ``n`` values starting on a 64-byte boundary (a block of
+    8 leaves is then exactly one cache line)."""
+    raw = np.empty(n + 8, dtype=np.float64)
+    offset = (-raw.ctypes.data % 64) // 8
+    out = raw[offset : offset + n]
+    out.fill(value)
+    return out
+
+
 class SegmentTree:
     """A binary tree over ``capacity`` float64 leaves keeping an aggregate of them.
 
-    Subclasses fix the operation (sum or min). The tree is an implicit heap in
-    one float64 array of ``2 * size`` values, ``size`` being ``capacity``
-    rounded up to a power of two; padding leaves hold the operation's
-    identity (0 or +inf), so any capacity works.
+    Subclasses fix the operation (sum or min). Leaves are one float64 array
+    (padded to ``8 * bsize`` with the operation's identity, 0 or +inf, so any
+    capacity works); above them an implicit heap of ``2 * bsize`` nodes whose
+    bottom row combines blocks of 8 leaves (one cache line). See
+    ``fastvec/_ext/_segment_tree.pyx`` for the layout and the kernels.
     """
 
     _is_min: bool = False
@@ -25,9 +36,11 @@ class SegmentTree:
 
     def __init__(self, capacity: int):
         self.capacity: int = as_capacity(capacity)
-        self._size: int = 1 << (self.capacity - 1).bit_length()
-        self._tree = np.full(2 * self._size, self._identity, dtype=np.float64)
-        self._leaves = self._tree[self._size : self._size + self.capacity]
+        blocks = (self.capacity + 7) // 8
+        self._bsize: int = 1 << (blocks - 1).bit_length()
+        self._leaf_buffer = _aligned_full(8 * self._bsize, self._identity)
+        self._heap = np.full(2 * self._bsize, self._identity, dtype=np.float64)
+        self._leaves = self._leaf_buffer[: self.capacity]
 
     def __len__(self) -> int:
         return self.capacity
@@ -73,8 +86,8 @@ class SegmentTree:
         n = idx_flat.shape[0]
         if n == 0:
             return
-        bad = _kernels.update(self._tree, self._size, idx_flat, prio_flat, self.capacity,
-                              self._is_min, max(n, 1))
+        bad = _kernels.update(self._leaf_buffer, self._heap, self._bsize, idx_flat, prio_flat,
+                              self.capacity, self._is_min, n)
         if bad >= 0:
             i, p = int(idx_flat[bad]), float(prio_flat[bad])
             if not 0 <= i < self.capacity:
@@ -86,4 +99,4 @@ class SegmentTree:
             raise ValueError(f"priorities must be {allowed}, got {p} at position {bad}")
 
     def _rebuild(self) -> None:
-        _kernels.rebuild(self._tree, self._size, self._is_min)
+        _kernels.rebuild(self._leaf_buffer, self._heap, self._bsize, self._is_min)
