@@ -414,6 +414,10 @@ def test_sampling_probabilities_and_weights():
     # beta override
     s = buffer.sample(10, beta=0.0)
     np.testing.assert_array_equal(s.weights, np.ones(10, np.float32))
+    # every priority zero (possible only with eps=0): a clear error
+    buffer.update_priorities(np.arange(6), np.zeros(6))
+    with pytest.raises(ValueError, match="every stored transition has priority 0"):
+        buffer.sample(4)
 
 
 def test_buffer_larger_batch_than_capacity_keeps_newest():

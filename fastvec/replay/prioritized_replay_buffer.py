@@ -216,6 +216,9 @@ class PrioritizedReplayBuffer:
         beta = self.beta if beta is None else _nonnegative(beta, "beta")
         if self._len == 0:
             raise ValueError("cannot sample from an empty PrioritizedReplayBuffer; add transitions first")
+        if not self._sum_tree.total() > 0:
+            raise ValueError("cannot sample: every stored transition has priority 0 (eps=0 and "
+                             "update_priorities gave zeros); use eps > 0 or positive priorities")
         indices = self._sum_tree.sample(batch_size, self._rng)
         p = self._sum_tree[indices]
         weights = (p / self._min_tree.min()) ** (-beta)
