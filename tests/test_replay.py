@@ -83,6 +83,9 @@ def test_sum_and_min_trees_match_numpy_over_update_sequences(capacity, data):
             got = sum_tree.find_prefixsum(values)
             np.testing.assert_array_equal(got, ref_find(leaves, values))
             assert np.all(leaves[got] > 0)
+            # sorted batches take the merge path
+            values = np.sort(values)
+            np.testing.assert_array_equal(sum_tree.find_prefixsum(values), ref_find(leaves, values))
 
 
 @settings(max_examples=60, deadline=None)
@@ -101,6 +104,8 @@ def test_find_prefixsum_random_floats_within_rounding(capacity, seed, zero_fract
     total = leaves.sum()
     np.testing.assert_allclose(tree.total(), total, rtol=1e-12)
     values = np.concatenate([rng.uniform(0, total, 200), [0.0, total, np.nextafter(total, 0), 10 * total]])
+    if seed % 2:
+        values = np.sort(values)  # the merge path for sorted batches
     got = tree.find_prefixsum(values)
     assert np.all(leaves[got] > 0)
     cum = np.cumsum(leaves)
@@ -137,6 +142,11 @@ def test_large_tree_matches_numpy_batched_and_one_by_one():
     assert tree.total() == leaves.sum()
     check_tree_invariant(tree)
     np.testing.assert_array_equal(tree.find_prefixsum(values), ref_find(leaves, values))
+    values = np.sort(values)
+    np.testing.assert_array_equal(tree.find_prefixsum(values), ref_find(leaves, values))
+    got = tree.sample(4096, np.random.default_rng(3))
+    u = np.random.default_rng(3).random(4096)
+    np.testing.assert_array_equal(got, ref_find(leaves, (np.arange(4096) + u) * (leaves.sum() / 4096)))
 
 
 def test_capacity_one():

@@ -20,7 +20,10 @@ batch (independent loads, so cache misses overlap, and each pass prefetches
 what the next one writes); the upper levels that hold no more nodes than the
 batch are recomputed whole, contiguously.
 
-Search: the whole batch descends one level at a time (all loads of a pass are
+Search: a sorted batch (stratified sampling gives one) first finds its nodes
+in a heap row of about 2n nodes by one merge with that row's running sums,
+which replaces the ~log2(2n) cache-resident but instruction-bound top levels.
+Then the whole batch descends one level at a time (all loads of a pass are
 independent, and each query prefetches the line it reads in the next pass, so
 cache misses overlap instead of forming one chain per query). Each step
 reads the left sum ``l`` and goes right iff ``v >= l`` (then ``v -= l``),
@@ -219,19 +222,46 @@ cdef void _descend(
     f64 scale,
     int mode,
     f64[::1] work,              # OUT scratch: remaining prefix per query
+    f64[::1] cums,              # OUT scratch for sorted batches, 1 + a power of two <= bsize
     i64[::1] out,               # OUT leaf index per query
 ) noexcept nogil:
     cdef Py_ssize_t n = work.shape[0]
-    cdef Py_ssize_t k, level_size
+    cdef Py_ssize_t m = cums.shape[0] - 1
+    cdef Py_ssize_t k, j, level_size
     cdef i64 node, go, b
     cdef f64 left, total, x
+    cdef bint ascending = True
     cdef const f64* lv = &leaves[0]
     cdef const f64* h = &heap[0]
     cdef const f64* s
     total = h[1]
-    for k in range(n):
-        out[k] = 1
-    level_size = 1
+    for k in range(1, n):
+        ascending &= work[k - 1] <= work[k]
+    if ascending and m >= 4:
+        # Sorted prefixes (stratified sampling makes them): the m nodes of
+        # the heap row [m, 2m) are found by one merge with that row's running
+        # sums instead of log2(m) passes over the batch. Equal running sums
+        # (zero-sum nodes) are skipped, the last node stops prefixes at or
+        # beyond the total (the fix-up below redoes those).
+        cums[0] = 0.0
+        for j in range(m):
+            cums[j + 1] = cums[j] + h[m + j]
+        j = 0
+        for k in range(n):
+            x = work[k]
+            while j < m - 1 and cums[j + 1] <= x:
+                j += 1
+            work[k] = x - cums[j]
+            out[k] = m + j
+            if m < bsize:
+                FASTVEC_PREFETCH(h + 2 * (m + j))
+            else:
+                FASTVEC_PREFETCH(lv + 8 * j)
+        level_size = m
+    else:
+        for k in range(n):
+            out[k] = 1
+        level_size = 1
     while level_size < bsize:
         level_size <<= 1
         for k in range(n):
@@ -303,12 +333,16 @@ def rebuild(const f64[::1] leaves, f64[::1] heap, Py_ssize_t bsize, bint is_min)
 
 
 def find_prefixsum(const f64[::1] leaves, const f64[::1] heap, Py_ssize_t bsize,
-                   const f64[::1] values, f64 scale, int mode, i64[::1] out, f64[::1] work):
+                   const f64[::1] values, f64 scale, int mode, i64[::1] out, f64[::1] work,
+                   f64[::1] cums):
     """Batched search (``mode`` as in _prepare); the root must be positive.
     Fills ``out`` with leaf indices. Returns -1, or the first invalid prefix
     position (mode 0), and then ``out`` is left unspecified."""
     _check_layout(leaves, heap, bsize)
     cdef Py_ssize_t n = values.shape[0]
+    cdef Py_ssize_t m = cums.shape[0] - 1
+    if m < 0 or m > bsize or (m & (m - 1)) != 0:
+        raise ValueError(f"cums must hold 1 + a power of two <= {bsize} values, got {m + 1}")
     if out.shape[0] != n or work.shape[0] != n:
         raise ValueError(f"out/work buffers ({out.shape[0]}, {work.shape[0]}) do not match "
                          f"the number of values ({n})")
@@ -318,5 +352,5 @@ def find_prefixsum(const f64[::1] leaves, const f64[::1] heap, Py_ssize_t bsize,
     with nogil:
         bad = _prepare(values, work, scale, mode)
         if bad < 0:
-            _descend(leaves, heap, bsize, values, scale, mode, work, out)
+            _descend(leaves, heap, bsize, values, scale, mode, work, cums, out)
     return bad

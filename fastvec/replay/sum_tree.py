@@ -63,8 +63,11 @@ class SumTree(SegmentTree):
         if n == 0:
             return out
         work = np.empty(n, dtype=np.float64)
+        # scratch for the merge of sorted batches: the heap row of ~2n nodes
+        row = min(self._bsize, 1 << ((2 * n).bit_length() - 1))
+        cums = np.empty(row + 1, dtype=np.float64)
         bad = _kernels.find_prefixsum(self._leaf_buffer, self._heap, self._bsize, values, scale, mode,
-                                      out, work)
+                                      out, work, cums)
         if bad >= 0:
             raise ValueError(f"prefix values must be >= 0 and not NaN, got {values[bad]} at position {bad}")
         return out
