@@ -23,7 +23,7 @@ batch are recomputed whole, contiguously.
 Search: a sorted batch (stratified sampling gives one) first finds its nodes
 in a heap row of about 2n nodes by one merge with that row's running sums,
 which replaces the ~log2(2n) cache-resident but instruction-bound top levels.
-Then the whole batch descends one level at a time (all loads of a pass are
+Then the whole batch descends two levels per pass (all loads of a pass are
 independent, and each query prefetches the line it reads in the next pass, so
 cache misses overlap instead of forming one chain per query). Each step
 reads the left sum ``l`` and goes right iff ``v >= l`` (then ``v -= l``),
@@ -205,6 +205,17 @@ cdef inline i64 _descend_guarded(const f64* lv, const f64* h, Py_ssize_t bsize, 
     return 8 * (node - bsize) + b + g
 
 
+cdef inline void _prefetch_next(const f64* h, const f64* lv, i64 node, Py_ssize_t level_size,
+                                Py_ssize_t bsize) noexcept nogil:
+    """Prefetch what a query at ``node`` reads in the next pass: its children
+    and grandchildren (a two-level pass), or its block of 8 leaves."""
+    if level_size < bsize:
+        FASTVEC_PREFETCH(h + 2 * node)
+        FASTVEC_PREFETCH(h + 4 * node)
+    else:
+        FASTVEC_PREFETCH(lv + 8 * (node - bsize))
+
+
 cdef inline f64 _prefix(const f64[::1] values, Py_ssize_t k, f64 scale, int mode) noexcept nogil:
     """The prefix value of query ``k`` (as _prepare computes it)."""
     if mode == 0:
@@ -227,7 +238,7 @@ cdef void _descend(
 ) noexcept nogil:
     cdef Py_ssize_t n = work.shape[0]
     cdef Py_ssize_t m = cums.shape[0] - 1
-    cdef Py_ssize_t k, j, level_size
+    cdef Py_ssize_t k, j, level_size, levels
     cdef i64 node, go, b
     cdef f64 left, total, x
     cdef bint ascending = True
@@ -253,16 +264,17 @@ cdef void _descend(
                 j += 1
             work[k] = x - cums[j]
             out[k] = m + j
-            if m < bsize:
-                FASTVEC_PREFETCH(h + 2 * (m + j))
-            else:
-                FASTVEC_PREFETCH(lv + 8 * j)
+            _prefetch_next(h, lv, m + j, m, bsize)
         level_size = m
     else:
         for k in range(n):
             out[k] = 1
         level_size = 1
-    while level_size < bsize:
+    levels = 0
+    while (level_size << levels) < bsize:
+        levels += 1
+    if levels % 2 == 1:
+        # an odd number of heap levels remains: one single-level pass first
         level_size <<= 1
         for k in range(n):
             node = 2 * out[k]
@@ -272,12 +284,24 @@ cdef void _descend(
             work[k] = x - left * <f64> go
             node = node + go
             out[k] = node
-            # the line this query reads in the next pass (a heap pair, or
-            # its block of leaves after the last heap level)
-            if level_size < bsize:
-                FASTVEC_PREFETCH(h + 2 * node)
-            else:
-                FASTVEC_PREFETCH(lv + 8 * (node - bsize))
+            _prefetch_next(h, lv, node, level_size, bsize)
+    while level_size < bsize:
+        # two heap levels per pass: the children pair and the grandchildren
+        # quad of a node are both prefetched by the previous pass
+        level_size <<= 2
+        for k in range(n):
+            node = 2 * out[k]
+            x = work[k]
+            left = h[node]
+            go = x >= left
+            x = x - left * <f64> go
+            node = 2 * (node + go)
+            left = h[node]
+            go = x >= left
+            work[k] = x - left * <f64> go
+            node = node + go
+            out[k] = node
+            _prefetch_next(h, lv, node, level_size, bsize)
     for k in range(n):          # the three levels inside the block of 8 leaves
         node = out[k] - bsize
         s = lv + 8 * node
