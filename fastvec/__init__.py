@@ -4,9 +4,10 @@ Importing fastvec makes ``gymnasium.make_vec(..., vectorization_mode="fastvec")`
 work (see :mod:`fastvec.registration`).
 """
 from fastvec import registration, spaces
-from fastvec.errors import RemoteTraceback, WorkerDiedError, WorkerError
-from fastvec.vector.shared import FastVectorEnv
 from fastvec.advantages import gae, gae_sb3, gae_terminated_truncated, vtrace
+from fastvec.errors import RemoteTraceback, WorkerDiedError, WorkerError
+from fastvec.replay import MinTree, PrioritizedReplayBuffer, SumTree
+from fastvec.vector.shared import FastVectorEnv
 
 __version__ = "0.1.0"
 
@@ -15,4 +16,5 @@ registration.install()
 __all__ = [
     "FastVectorEnv", "RemoteTraceback", "WorkerDiedError", "WorkerError", "registration", "spaces",
     "gae", "gae_sb3", "gae_terminated_truncated", "vtrace",
+    "SumTree", "MinTree", "PrioritizedReplayBuffer",
 ]

@@ -1,0 +1,102 @@
+"""Base class of :class:`~fastvec.SumTree` and :class:`~fastvec.MinTree`."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fastvec._ext import _segment_tree as _kernels
+from fastvec.replay._validate import as_capacity, as_float64, as_indices
+
+__all__ = ["SegmentTree"]
+
+
+def _aligned_full(n: int, value: float) -> np.ndarray:
+    """float64 array of ``n`` values starting on a 64-byte boundary (a block of
+    8 leaves is then exactly one cache line)."""
+    raw = np.empty(n + 8, dtype=np.float64)
+    offset = (-raw.ctypes.data % 64) // 8
+    out = raw[offset : offset + n]
+    out.fill(value)
+    return out
+
+
+class SegmentTree:
+    """A binary tree over ``capacity`` float64 leaves keeping an aggregate of them.
+
+    Subclasses fix the operation (sum or min). Leaves are one float64 array
+    (padded to ``8 * bsize`` with the operation's identity, 0 or +inf, so any
+    capacity works); above them an implicit heap of ``2 * bsize`` nodes whose
+    bottom row combines blocks of 8 leaves (one cache line). See
+    ``fastvec/_ext/_segment_tree.pyx`` for the layout and the kernels.
+    """
+
+    _is_min: bool = False
+    _identity: float = 0.0
+
+    def __init__(self, capacity: int):
+        self.capacity: int = as_capacity(capacity)
+        blocks = (self.capacity + 7) // 8
+        self._bsize: int = 1 << (blocks - 1).bit_length()
+        self._leaf_buffer = _aligned_full(8 * self._bsize, self._identity)
+        self._heap = np.full(2 * self._bsize, self._identity, dtype=np.float64)
+        self._leaves = self._leaf_buffer[: self.capacity]
+
+    def __len__(self) -> int:
+        return self.capacity
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(capacity={self.capacity})"
+
+    def __getitem__(self, indices: Any) -> np.ndarray | float:
+        """Leaf values (a copy) at ``indices``: an int, a slice, or an integer array."""
+        out = self._leaves[indices]
+        if isinstance(out, np.ndarray):
+            return out.copy()
+        return float(out)
+
+    def update(self, indices: Any, priorities: Any) -> None:
+        """Set the leaves at ``indices`` to ``priorities`` and update their ancestors.
+
+        Args:
+            indices: integer index or array of indices in ``[0, capacity)``.
+                Duplicates are allowed: the **last** occurrence wins, as with
+                sequential assignment (``leaves[i] = p`` in order).
+            priorities: a number, or an array with the shape of ``indices``.
+                Values must be >= 0 and not NaN (a sum tree also rejects +inf;
+                a min tree accepts +inf, meaning "absent").
+
+        Raises:
+            TypeError: non-integer indices or non-numeric priorities.
+            ValueError: mismatched shapes, an index out of range, a negative,
+                NaN (or, for sums, infinite) priority. Nothing is written then.
+        """
+        idx = as_indices(indices)
+        prio = as_float64(priorities, "priorities")
+        if prio.shape != idx.shape:
+            if prio.ndim == 0:
+                prio = np.broadcast_to(prio, idx.shape)
+            else:
+                raise ValueError(
+                    f"priorities must have the shape of indices {idx.shape} (or be a scalar), "
+                    f"got shape {prio.shape}"
+                )
+        idx_flat = np.ascontiguousarray(idx.reshape(-1), dtype=np.int64)
+        prio_flat = np.ascontiguousarray(prio.reshape(-1))
+        n = idx_flat.shape[0]
+        if n == 0:
+            return
+        bad = _kernels.update(self._leaf_buffer, self._heap, self._bsize, idx_flat, prio_flat,
+                              self.capacity, self._is_min, n)
+        if bad >= 0:
+            i, p = int(idx_flat[bad]), float(prio_flat[bad])
+            if not 0 <= i < self.capacity:
+                raise ValueError(
+                    f"indices must be in [0, {self.capacity}), got {int(idx.reshape(-1)[bad])} "
+                    f"at position {bad}"
+                )
+            allowed = ">= 0 and not NaN" if self._is_min else "finite and >= 0"
+            raise ValueError(f"priorities must be {allowed}, got {p} at position {bad}")
+
+    def _rebuild(self) -> None:
+        _kernels.rebuild(self._leaf_buffer, self._heap, self._bsize, self._is_min)

@@ -1,0 +1,550 @@
+"""SumTree / MinTree / PrioritizedReplayBuffer against brute-force NumPy answers."""
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fastvec
+from fastvec import MinTree, PrioritizedReplayBuffer, SumTree
+
+# --------------------------------------------------------------------------- references
+
+
+def ref_find(leaves: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Brute force: searchsorted on the cumulative sum; at/beyond the total,
+    the last positive leaf."""
+    cum = np.cumsum(leaves)
+    total = cum[-1]
+    out = np.searchsorted(cum, values, side="right")
+    last_positive = np.flatnonzero(leaves > 0)[-1]
+    return np.where(values >= total, last_positive, out)
+
+
+def check_tree_invariant(tree) -> None:
+    """Block nodes combine their 8 leaves pairwise, every heap node its two
+    children; padding is the identity."""
+    leaves, heap, bsize = tree._leaf_buffer, tree._heap, tree._bsize
+    assert np.all(leaves[tree.capacity:] == tree._identity)
+    op = np.minimum if tree._is_min else np.add
+    c = leaves.reshape(bsize, 8)
+    blocks = op(op(op(c[:, 0], c[:, 1]), op(c[:, 2], c[:, 3])), op(op(c[:, 4], c[:, 5]), op(c[:, 6], c[:, 7])))
+    np.testing.assert_array_equal(heap[bsize:], blocks)
+    for node_start in (1 << k for k in range(bsize.bit_length() - 1)):
+        nodes = np.arange(node_start, 2 * node_start)
+        np.testing.assert_array_equal(heap[nodes], op(heap[2 * nodes], heap[2 * nodes + 1]))
+
+
+def sequential_assign(leaves: np.ndarray, indices, priorities) -> None:
+    for i, p in zip(np.ravel(indices), np.ravel(np.broadcast_to(priorities, np.shape(indices)))):
+        leaves[i] = p
+
+
+capacities = st.one_of(st.integers(1, 40), st.sampled_from([63, 64, 65, 127, 128, 129, 1000, 1025]))
+
+# --------------------------------------------------------------------------- SumTree / MinTree
+
+
+@settings(max_examples=120, deadline=None)
+@given(capacity=capacities, data=st.data())
+def test_sum_and_min_trees_match_numpy_over_update_sequences(capacity, data):
+    """Integer-valued priorities make every partial sum exact, so the tree must
+    agree with cumsum+searchsorted exactly. Includes zeros, duplicates, and
+    batch sizes below, at and above the kernels' 8 lanes."""
+    sum_tree, min_tree = SumTree(capacity), MinTree(capacity)
+    leaves = np.zeros(capacity)
+    min_leaves = np.full(capacity, np.inf)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    for _ in range(data.draw(st.integers(1, 4))):
+        n = data.draw(st.integers(1, 3 * capacity + 20))
+        idx = rng.integers(0, capacity, n)  # duplicates are common
+        prio = rng.integers(0, 4, n).astype(np.float64) * rng.choice([1.0, 0.5, 1024.0])
+        sum_tree.update(idx, prio)
+        min_tree.update(idx, prio)
+        sequential_assign(leaves, idx, prio)
+        sequential_assign(min_leaves, idx, prio)
+        np.testing.assert_array_equal(sum_tree[np.arange(capacity)], leaves)
+        np.testing.assert_array_equal(min_tree[np.arange(capacity)], min_leaves)
+        assert sum_tree.total() == leaves.sum()
+        assert min_tree.min() == min_leaves.min()
+        check_tree_invariant(sum_tree)
+        check_tree_invariant(min_tree)
+        if leaves.sum() > 0:
+            total = leaves.sum()
+            m = data.draw(st.integers(1, 70))
+            values = rng.uniform(0, total, m)
+            values[rng.random(m) < 0.2] = 0.0
+            # exact boundaries (cumulative sums), the total itself, beyond it
+            cum = np.cumsum(leaves)
+            values = np.concatenate([values, cum, [total, total * 2, np.inf, 0.0]])
+            got = sum_tree.find_prefixsum(values)
+            np.testing.assert_array_equal(got, ref_find(leaves, values))
+            assert np.all(leaves[got] > 0)
+            # sorted batches take the merge path
+            values = np.sort(values)
+            np.testing.assert_array_equal(sum_tree.find_prefixsum(values), ref_find(leaves, values))
+
+
+@settings(max_examples=60, deadline=None)
+@given(capacity=capacities, seed=st.integers(0, 2**32 - 1), zero_fraction=st.sampled_from([0.0, 0.5, 0.95]))
+def test_find_prefixsum_random_floats_within_rounding(capacity, seed, zero_fraction):
+    """With arbitrary floats the tree's partial sums round differently from
+    cumsum: the answer must be a positive leaf whose cumulative interval holds
+    the value up to that rounding, and equal the exact answer away from it."""
+    rng = np.random.default_rng(seed)
+    leaves = rng.random(capacity) * 10.0 ** rng.integers(-3, 4, capacity)
+    leaves[rng.random(capacity) < zero_fraction] = 0.0
+    if not leaves.any():
+        leaves[rng.integers(capacity)] = 1.0
+    tree = SumTree(capacity)
+    tree.update(np.arange(capacity), leaves)
+    total = leaves.sum()
+    np.testing.assert_allclose(tree.total(), total, rtol=1e-12)
+    values = np.concatenate([rng.uniform(0, total, 200), [0.0, total, np.nextafter(total, 0), 10 * total]])
+    if seed % 2:
+        values = np.sort(values)  # the merge path for sorted batches
+    got = tree.find_prefixsum(values)
+    assert np.all(leaves[got] > 0)
+    cum = np.cumsum(leaves)
+    lo = np.where(got > 0, cum[np.maximum(got - 1, 0)], 0.0)
+    tol = 1e-12 * total
+    inside = values < total * (1 - 1e-12)
+    assert np.all(lo[inside] <= values[inside] + tol)
+    assert np.all(values[inside] < cum[got][inside] + tol)
+    # away from interval boundaries the answer is the exact one
+    ref = ref_find(leaves, values)
+    dist = np.min(np.abs(values[:, None] - cum[None, :]), axis=1)
+    far = dist > 1e-9 * total
+    np.testing.assert_array_equal(got[far], ref[far])
+
+
+def test_large_tree_matches_numpy_batched_and_one_by_one():
+    rng = np.random.default_rng(7)
+    capacity = 100_003  # not a power of two
+    leaves = rng.integers(0, 1000, capacity).astype(np.float64)
+    leaves[rng.random(capacity) < 0.2] = 0
+    tree = SumTree(capacity)
+    tree.update(np.arange(capacity), leaves)
+    values = rng.uniform(0, leaves.sum(), 4099)
+    got = tree.find_prefixsum(values)
+    np.testing.assert_array_equal(got, ref_find(leaves, values))
+    # the same values one at a time give the same leaves
+    one_by_one = np.array([tree.find_prefixsum(v) for v in values[:64]])
+    np.testing.assert_array_equal(one_by_one, got[:64])
+    # updates of a batch with duplicates, then again
+    idx = rng.integers(0, capacity, 5000)
+    prio = rng.integers(0, 50, 5000).astype(np.float64)
+    tree.update(idx, prio)
+    sequential_assign(leaves, idx, prio)
+    assert tree.total() == leaves.sum()
+    check_tree_invariant(tree)
+    np.testing.assert_array_equal(tree.find_prefixsum(values), ref_find(leaves, values))
+    values = np.sort(values)
+    np.testing.assert_array_equal(tree.find_prefixsum(values), ref_find(leaves, values))
+    got = tree.sample(4096, np.random.default_rng(3))
+    u = np.random.default_rng(3).random(4096)
+    np.testing.assert_array_equal(got, ref_find(leaves, (np.arange(4096) + u) * (leaves.sum() / 4096)))
+
+
+def test_capacity_one():
+    tree, mtree = SumTree(1), MinTree(1)
+    assert tree.total() == 0.0 and mtree.min() == np.inf
+    with pytest.raises(ValueError, match="total is 0"):
+        tree.find_prefixsum([0.0])
+    tree.update([0], [3.0])
+    mtree.update(0, 3.0)
+    assert tree.total() == 3.0 and mtree.min() == 3.0
+    np.testing.assert_array_equal(tree.find_prefixsum([0.0, 1.0, 2.999, 3.0, 100.0]), [0, 0, 0, 0, 0])
+    np.testing.assert_array_equal(tree.sample(5, np.random.default_rng(0)), [0] * 5)
+    assert tree[0] == 3.0 and len(tree) == 1
+
+
+def test_zero_priority_leaves_are_never_returned():
+    tree = SumTree(10)
+    tree.update(np.arange(10), [0, 0, 1, 0, 0, 0, 2, 0, 0, 0])
+    values = np.array([0.0, 0.5, 0.999, 1.0, 2.5, 2.999, 3.0, 3.5, 1e300, np.inf])
+    np.testing.assert_array_equal(tree.find_prefixsum(values), [2, 2, 2, 6, 6, 6, 6, 6, 6, 6])
+    np.testing.assert_array_equal(ref_find(tree[:], values), [2, 2, 2, 6, 6, 6, 6, 6, 6, 6])
+    idx = tree.sample(1000, np.random.default_rng(1))
+    assert set(np.unique(idx)) == {2, 6}
+
+
+def test_find_prefixsum_shapes_and_scalars():
+    tree = SumTree(4)
+    tree.update([0, 1, 2, 3], [1, 1, 1, 1])
+    assert tree.find_prefixsum(2.5) == 2 and isinstance(tree.find_prefixsum(2.5), int)
+    np.testing.assert_array_equal(tree.find_prefixsum([[0.5, 1.5], [2.5, 3.5]]), [[0, 1], [2, 3]])
+    assert tree.find_prefixsum(np.zeros(0)).shape == (0,)
+    tree.update([], [])  # no-op
+    tree.update(np.array([1, 2]), 5.0)  # scalar broadcast
+    np.testing.assert_array_equal(tree[:], [1, 5, 5, 1])
+
+
+def test_stratified_sampling_uses_one_uniform_per_segment():
+    rng = np.random.default_rng(3)
+    leaves = rng.integers(0, 5, 77).astype(np.float64)
+    tree = SumTree(77)
+    tree.update(np.arange(77), leaves)
+    batch = 50
+    got = tree.sample(batch, np.random.default_rng(11))
+    u = np.random.default_rng(11).random(batch)
+    total = leaves.sum()
+    expected_values = (np.arange(batch) + u) * (total / batch)
+    np.testing.assert_array_equal(got, ref_find(leaves, expected_values))
+    # i.i.d. variant: prefix = u * total
+    got = tree.sample(batch, np.random.default_rng(12), stratified=False)
+    u = np.random.default_rng(12).random(batch)
+    np.testing.assert_array_equal(got, ref_find(leaves, u * total))
+
+
+def test_sampling_frequencies_are_proportional():
+    leaves = np.array([1.0, 0.0, 3.0, 0.5, 5.5, 0.0, 2.0])
+    tree = SumTree(len(leaves))
+    tree.update(np.arange(len(leaves)), leaves)
+    rng = np.random.default_rng(0)
+    counts = np.zeros(len(leaves))
+    for _ in range(50):
+        np.add.at(counts, tree.sample(4096, rng, stratified=False), 1)
+    freq = counts / counts.sum()
+    np.testing.assert_allclose(freq, leaves / leaves.sum(), atol=0.005)
+    assert counts[1] == counts[5] == 0
+
+
+def test_min_tree_inf_means_absent():
+    tree = MinTree(5)
+    tree.update([0, 1, 2], [3.0, 0.0, 2.0])
+    assert tree.min() == 0.0
+    tree.update(1, np.inf)
+    assert tree.min() == 2.0
+    tree.update([0, 2], [np.inf, np.inf])
+    assert tree.min() == np.inf
+
+
+def test_getitem_returns_copies():
+    tree = SumTree(3)
+    tree.update([0, 1, 2], [1.0, 2.0, 3.0])
+    leaves = tree[:]
+    leaves[:] = 0
+    assert tree.total() == 6.0
+    assert tree[-1] == 3.0 and isinstance(tree[1], float)
+
+
+@pytest.mark.parametrize("cls", [SumTree, MinTree])
+def test_tree_input_validation(cls):
+    with pytest.raises(TypeError, match="positive int"):
+        cls(2.5)
+    with pytest.raises(TypeError, match="positive int"):
+        cls(True)
+    with pytest.raises(ValueError, match=">= 1"):
+        cls(0)
+    tree = cls(8)
+    tree.update([1, 2], [1.0, 2.0])
+    before = (tree._leaf_buffer.copy(), tree._heap.copy())
+    with pytest.raises(ValueError, match=r"indices must be in \[0, 8\), got 8 at position 1"):
+        tree.update([0, 8], [1.0, 1.0])
+    with pytest.raises(ValueError, match=r"got -1 at position 0"):
+        tree.update([-1], [1.0])
+    with pytest.raises(ValueError, match="priorities must be .* got -0.5 at position 2"):
+        tree.update([0, 1, 2], [1.0, 1.0, -0.5])
+    with pytest.raises(ValueError, match="priorities must be .* got nan"):
+        tree.update([3], [np.nan])
+    with pytest.raises(ValueError, match="shape of indices"):
+        tree.update([0, 1], [1.0, 2.0, 3.0])
+    with pytest.raises(TypeError, match="indices must be integers"):
+        tree.update([0.5], [1.0])
+    with pytest.raises(TypeError, match="priorities must be real numbers"):
+        tree.update([0], ["a"])
+    # a failed update writes nothing
+    np.testing.assert_array_equal(tree._leaf_buffer, before[0])
+    np.testing.assert_array_equal(tree._heap, before[1])
+
+
+def test_sum_tree_rejects_inf_priority_and_bad_prefixes():
+    tree = SumTree(4)
+    with pytest.raises(ValueError, match="finite and >= 0, got inf"):
+        tree.update([0], [np.inf])
+    tree.update([0], [1.0])
+    with pytest.raises(ValueError, match="prefix values must be >= 0 and not NaN, got -1.0 at position 1"):
+        tree.find_prefixsum([0.5, -1.0])
+    with pytest.raises(ValueError, match="got nan at position 0"):
+        tree.find_prefixsum([np.nan])
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        tree.sample(0)
+
+
+def test_float64_sums_at_large_capacity():
+    """float64 partial sums: the same search as float64 cumsum on 2^20 leaves
+    (a float32 tree misassigns a few percent here)."""
+    rng = np.random.default_rng(5)
+    capacity = 1 << 20
+    leaves = rng.random(capacity)
+    tree = SumTree(capacity)
+    tree.update(np.arange(capacity), leaves)
+    values = rng.uniform(0, leaves.sum(), 4096)
+    got = tree.find_prefixsum(values)
+    assert np.mean(got == ref_find(leaves, values)) > 0.999
+
+
+def test_public_names():
+    for name in ("SumTree", "MinTree", "PrioritizedReplayBuffer"):
+        assert name in fastvec.__all__ and getattr(fastvec, name) is not None
+
+
+# --------------------------------------------------------------------------- PrioritizedReplayBuffer
+
+
+def box_buffer(capacity=8, **kwargs):
+    obs_space = spaces.Box(-10, 10, (3,), np.float32)
+    act_space = spaces.Discrete(4)
+    return PrioritizedReplayBuffer(capacity, obs_space, act_space, **kwargs)
+
+
+def make_batch(rng, n, start):
+    obs = (np.arange(start, start + n, dtype=np.float32)[:, None] * np.ones(3, np.float32))
+    actions = rng.integers(0, 4, n)
+    rewards = np.arange(start, start + n, dtype=np.float32) / 10
+    next_obs = obs + 0.5
+    term = rng.random(n) < 0.3
+    trunc = rng.random(n) < 0.3
+    return obs, actions, rewards, next_obs, term, trunc
+
+
+class ModelBuffer:
+    """Brute-force ring buffer of (transition, priority) for comparison."""
+
+    def __init__(self, capacity, alpha, eps):
+        self.capacity, self.alpha, self.eps = capacity, alpha, eps
+        self.rows = [None] * capacity
+        self.prio = np.zeros(capacity)
+        self.pos = 0
+        self.len = 0
+        self.max_p = 1.0
+
+    def add(self, *row):
+        self.rows[self.pos] = row
+        self.prio[self.pos] = self.max_p
+        self.pos = (self.pos + 1) % self.capacity
+        self.len = min(self.len + 1, self.capacity)
+
+    def update(self, idx, prio):
+        for i, p in zip(idx, prio):
+            self.prio[i] = (p + self.eps) ** self.alpha
+            self.max_p = max(self.max_p, self.prio[i])
+
+    def weights(self, idx, beta):
+        n = self.len
+        p = self.prio[:n] / self.prio[:n].sum()
+        w_all = (n * p[p > 0]) ** (-beta)
+        return (n * p[idx]) ** (-beta) / w_all.max()
+
+
+def assert_matches_model(buffer, model):
+    n = len(buffer)
+    assert n == model.len
+    for i in range(n):
+        o, a, r, no, te, tr = model.rows[i]
+        np.testing.assert_array_equal(buffer._obs[0][i], o)
+        assert buffer._actions[0][i] == a
+        assert buffer._rewards[i] == np.float32(r)
+        np.testing.assert_array_equal(buffer._next_obs[0][i], no)
+        assert buffer._terminations[i] == te and buffer._truncations[i] == tr
+    np.testing.assert_allclose(buffer._sum_tree[np.arange(n)], model.prio[:n], rtol=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(capacity=st.integers(1, 13), seed=st.integers(0, 2**32 - 1),
+       batches=st.lists(st.integers(0, 20), min_size=1, max_size=6),
+       alpha=st.sampled_from([0.0, 0.6, 1.0]), beta=st.sampled_from([0.0, 0.4, 1.0]))
+def test_buffer_matches_model_with_wraparound(capacity, seed, batches, alpha, beta):
+    rng = np.random.default_rng(seed)
+    buffer = box_buffer(capacity, alpha=alpha, beta=beta, eps=1e-3, seed=seed)
+    model = ModelBuffer(capacity, alpha, 1e-3)
+    start = 0
+    for n in batches:
+        batch = make_batch(rng, n, start)
+        start += n
+        if n == 1 and rng.random() < 0.5:  # a single transition
+            single = [x[0] for x in batch]
+            buffer.add(*single)
+            model.add(*single)
+        else:
+            buffer.add(*batch)
+            for row in zip(*batch):
+                model.add(*row)
+        assert_matches_model(buffer, model)
+        if len(buffer) == 0:
+            continue
+        sample = buffer.sample(32)
+        idx = sample.indices
+        assert np.all((idx >= 0) & (idx < len(buffer)))
+        # the batch is the stored rows
+        np.testing.assert_array_equal(sample.batch.observations, buffer._obs[0][idx])
+        np.testing.assert_array_equal(sample.batch.rewards, buffer._rewards[idx])
+        np.testing.assert_allclose(sample.weights, model.weights(idx, beta), rtol=1e-6)
+        assert sample.weights.max() <= 1.0 + 1e-6
+        new_p = rng.exponential(size=idx.shape) * (rng.random(idx.shape) < 0.8)
+        buffer.update_priorities(idx, new_p)
+        model.update(idx, new_p)
+        assert_matches_model(buffer, model)
+        assert buffer.max_priority == pytest.approx(model.max_p)
+
+
+def test_new_transitions_get_max_priority():
+    rng = np.random.default_rng(0)
+    buffer = box_buffer(10, alpha=1.0, eps=0.0)
+    buffer.add(*make_batch(rng, 3, 0))
+    np.testing.assert_array_equal(buffer._sum_tree[:3], [1.0, 1.0, 1.0])
+    buffer.update_priorities([0, 1, 2], [0.5, 7.0, 2.0])
+    buffer.add(*make_batch(rng, 2, 3))
+    np.testing.assert_array_equal(buffer._sum_tree[:5], [0.5, 7.0, 2.0, 7.0, 7.0])
+    buffer.update_priorities([1], [0.1])  # the max seen so far stays
+    buffer.add(*[x[0] for x in make_batch(rng, 1, 5)])
+    assert buffer._sum_tree[5] == 7.0
+
+
+def test_sampling_probabilities_and_weights():
+    rng = np.random.default_rng(1)
+    buffer = box_buffer(6, alpha=0.5, beta=0.7, eps=0.0, seed=3)
+    buffer.add(*make_batch(rng, 6, 0))
+    td = np.array([1.0, 4.0, 0.0, 9.0, 0.25, 2.0])
+    buffer.update_priorities(np.arange(6), td)
+    p = td ** 0.5
+    probs = p / p.sum()
+    counts = np.zeros(6)
+    for _ in range(40):
+        s = buffer.sample(1000)
+        np.add.at(counts, s.indices, 1)
+        expected_w = (6 * probs[s.indices]) ** -0.7 / ((6 * probs[probs > 0]) ** -0.7).max()
+        np.testing.assert_allclose(s.weights, expected_w, rtol=1e-6)
+    np.testing.assert_allclose(counts / counts.sum(), probs, atol=0.005)
+    assert counts[2] == 0  # zero priority: never sampled
+    # beta override
+    s = buffer.sample(10, beta=0.0)
+    np.testing.assert_array_equal(s.weights, np.ones(10, np.float32))
+    # every priority zero (possible only with eps=0): a clear error
+    buffer.update_priorities(np.arange(6), np.zeros(6))
+    with pytest.raises(ValueError, match="every stored transition has priority 0"):
+        buffer.sample(4)
+
+
+def test_buffer_larger_batch_than_capacity_keeps_newest():
+    rng = np.random.default_rng(2)
+    buffer = box_buffer(4)
+    buffer.add(*make_batch(rng, 3, 0))
+    obs, *rest = make_batch(rng, 10, 100)
+    buffer.add(obs, *rest)
+    assert len(buffer) == 4
+    # the newest 4 rows (106..109) wrap around from position 3 + 6 = 9 -> 1
+    assert sorted(buffer._obs[0][:, 0].tolist()) == [106.0, 107.0, 108.0, 109.0]
+    assert buffer._obs[0][1, 0] == 106.0 and buffer._obs[0][0, 0] == 109.0
+
+
+def test_buffer_mask_skips_rows():
+    rng = np.random.default_rng(4)
+    buffer = box_buffer(8)
+    batch = make_batch(rng, 4, 0)
+    buffer.add(*batch, mask=np.array([True, False, True, False]))
+    assert len(buffer) == 2
+    np.testing.assert_array_equal(buffer._obs[0][:2, 0], [0.0, 2.0])
+
+
+def test_buffer_dict_and_tuple_spaces():
+    obs_space = spaces.Dict({
+        "pos": spaces.Box(-1, 1, (2,), np.float32),
+        "grid": spaces.Box(0, 255, (3, 3), np.uint8),
+        "inner": spaces.Tuple((spaces.Discrete(5), spaces.MultiBinary(3))),
+    })
+    act_space = spaces.Tuple((spaces.Discrete(3), spaces.Box(-1, 1, (2,), np.float32)))
+    buffer = PrioritizedReplayBuffer(5, obs_space, act_space, alpha=0.6, beta=0.4, seed=0)
+    obs_space.seed(0)
+    act_space.seed(0)
+    stored = []
+    for step in range(7):  # wraps around
+        n = 2
+        obs = [obs_space.sample() for _ in range(n)]
+        nxt = [obs_space.sample() for _ in range(n)]
+        act = [act_space.sample() for _ in range(n)]
+        stack = lambda items, layout: layout.join(
+            [np.stack(col) for col in zip(*[layout.split(x) for x in items])])
+        buffer.add(stack(obs, buffer._obs_layout), stack(act, buffer._act_layout),
+                   np.ones(n), stack(nxt, buffer._obs_layout), np.zeros(n, bool), np.zeros(n, bool))
+        stored += list(zip(obs, act, nxt))
+    assert len(buffer) == 5
+    batch, idx, w = buffer.sample(16)
+    assert set(batch.observations) == {"pos", "grid", "inner"}
+    assert batch.observations["grid"].dtype == np.uint8 and batch.observations["grid"].shape == (16, 3, 3)
+    assert isinstance(batch.actions, tuple) and batch.actions[1].shape == (16, 2)
+    # ring: position p holds the transition number k with k % 5 == p among the last 5
+    for j, i in enumerate(idx):
+        k = [t for t in range(len(stored) - 5, len(stored)) if t % 5 == i][0]
+        o, a, nx = stored[k]
+        np.testing.assert_array_equal(batch.observations["grid"][j], o["grid"])
+        assert batch.observations["inner"][0][j] == o["inner"][0]
+        np.testing.assert_array_equal(batch.observations["inner"][1][j], o["inner"][1])
+        np.testing.assert_array_equal(batch.next_observations["pos"][j], nx["pos"])
+        assert batch.actions[0][j] == a[0]
+
+
+def test_buffer_from_vector_env_step():
+    envs = gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="sync")
+    buffer = PrioritizedReplayBuffer(50, envs.single_observation_space, envs.single_action_space,
+                                     alpha=0.6, beta=0.4, seed=0)
+    obs, _ = envs.reset(seed=1)
+    envs.action_space.seed(1)
+    rows = []
+    for _ in range(20):
+        act = envs.action_space.sample()
+        nxt, rew, term, trunc, _ = envs.step(act)
+        buffer.add(obs, act, rew, nxt, term, trunc)
+        rows += list(zip(obs, act, rew, nxt, term, trunc))
+        obs = nxt
+    envs.close()
+    assert len(buffer) == 50
+    kept = rows[-50:]
+    pos0 = 60 % 50  # rows 10..59 live at positions (10..59) % 50
+    for k, (o, a, r, n, te, tr) in enumerate(kept):
+        p = (10 + k) % 50
+        np.testing.assert_array_equal(buffer._obs[0][p], o)
+        assert buffer._actions[0][p] == a and buffer._rewards[p] == r
+        np.testing.assert_array_equal(buffer._next_obs[0][p], n)
+        assert buffer._terminations[p] == te and buffer._truncations[p] == tr
+    assert pos0 == buffer._pos
+
+
+def test_buffer_input_validation():
+    rng = np.random.default_rng(0)
+    buffer = box_buffer(8)
+    with pytest.raises(ValueError, match="empty"):
+        buffer.sample(4)
+    obs, act, rew, nxt, te, tr = make_batch(rng, 3, 0)
+    with pytest.raises(ValueError, match=r"obs: expected shape \(3, 3\) for a batch of 3, got \(2, 3\)"):
+        buffer.add(obs[:2], act, rew, nxt, te, tr)
+    with pytest.raises(ValueError, match=r"action: expected shape \(3,\)"):
+        buffer.add(obs, act[:1], rew, nxt, te, tr)
+    with pytest.raises(ValueError, match="terminated must have the shape of reward"):
+        buffer.add(obs, act, rew, nxt, te[:2], tr)
+    with pytest.raises(ValueError, match="reward must be a scalar or a 1-D batch"):
+        buffer.add(obs, act, rew[:, None], nxt, te, tr)
+    with pytest.raises(ValueError, match="mask must be a bool array"):
+        buffer.add(obs, act, rew, nxt, te, tr, mask=[1, 0, 1])
+    assert len(buffer) == 0
+    buffer.add(obs, act, rew, nxt, te, tr)
+    with pytest.raises(ValueError, match=r"indices must be in \[0, 3\)"):
+        buffer.update_priorities([0, 3], [1.0, 1.0])
+    with pytest.raises(ValueError, match="finite and >= 0, got -1.0"):
+        buffer.update_priorities([0], [-1.0])
+    with pytest.raises(ValueError, match="finite and >= 0, got nan"):
+        buffer.update_priorities([0], [np.nan])
+    with pytest.raises(ValueError, match="must match indices"):
+        buffer.update_priorities([0, 1], [1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="alpha must be"):
+        box_buffer(8, alpha=-1)
+    with pytest.raises(TypeError, match="observation_space must be a gymnasium Space"):
+        PrioritizedReplayBuffer(8, (3,), spaces.Discrete(2))
+    with pytest.raises(ValueError, match="cannot lay out"):
+        PrioritizedReplayBuffer(8, spaces.Text(5), spaces.Discrete(2))
+    with pytest.raises(ValueError, match="beta must be"):
+        buffer.sample(4, beta=np.nan)
