@@ -476,6 +476,28 @@ def test_ppo_runs_on_dict_observations() -> None:
     env.close()
 
 
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_ppo_trains_identically_to_dummy_vec_env(backend: str) -> None:
+    """Same seed: PPO through the adapter ends with bit-identical weights to PPO on DummyVecEnv."""
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    torch.set_num_threads(1)
+    models = []
+    for env in (to_sb3(BACKENDS[backend]("CartPole-v1", 8, SAME_STEP)), make_vec_env("CartPole-v1", n_envs=8)):
+        model = PPO("MlpPolicy", env, n_steps=32, batch_size=128, n_epochs=2, seed=3, device="cpu")
+        model.learn(8 * 32 * 3)
+        models.append(model)
+        env.close()
+    ours, ref = models
+    assert ours.num_timesteps == ref.num_timesteps
+    assert [ep["r"] for ep in ours.ep_info_buffer] == [ep["r"] for ep in ref.ep_info_buffer]
+    assert len(ref.ep_info_buffer) > 10
+    for (name, a), (_, b) in zip(ours.policy.state_dict().items(), ref.policy.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+
+
 def _linear(initial: float) -> Callable[[float], float]:
     return lambda progress_remaining: progress_remaining * initial
 

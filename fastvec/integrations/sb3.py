@@ -91,10 +91,10 @@ class SB3VecEnv(VecEnv):
 
     Args:
         vector_env: a Gymnasium vector env in ``SAME_STEP`` or ``DISABLED`` autoreset mode.
-        copy_obs: copy the batched observations before handing them to SB3. ``None``
-            (default) copies only when the vector env says it does not (``copy=False``):
-            SB3's rollout code keeps the previous observation across a step, so it must not
-            alias a buffer that the next step overwrites.
+        copy_obs: copy the batched observations (and ``final_obs`` entries) before handing
+            them to SB3. ``None`` (default) copies only when the vector env says it does not
+            (``copy=False``): SB3's rollout code keeps the previous observation across a step,
+            so it must not alias a buffer that the next step overwrites.
 
     Attributes:
         vector_env: the wrapped Gymnasium vector env.
@@ -178,7 +178,8 @@ class SB3VecEnv(VecEnv):
         dones = terminated | truncated
         self._episode_returns += rewards
         self._episode_lengths += 1
-        sb3_infos: list[dict[str, Any]] = [{"TimeLimit.truncated": False} for _ in range(self.num_envs)]
+        proto = _INFO_PROTO
+        sb3_infos: list[dict[str, Any]] = [proto.copy() for _ in range(self.num_envs)]
         any_done = bool(dones.any())
 
         if self.autoreset_mode == AutoresetMode.SAME_STEP:
@@ -206,7 +207,8 @@ class SB3VecEnv(VecEnv):
                         for i, info in _split_infos(final_info, self.num_envs).items():
                             sb3_infos[i].update(info)
                     for i in np.flatnonzero(dones):
-                        sb3_infos[i]["terminal_observation"] = final_obs[i]
+                        last = final_obs[i]
+                        sb3_infos[i]["terminal_observation"] = _tree_copy(last) if self.copy_obs else last
                         if i not in top:
                             self.reset_infos[i] = {}
             elif any_done:
@@ -246,7 +248,7 @@ class SB3VecEnv(VecEnv):
 
         if self.copy_obs:
             obs = _tree_copy(obs)
-        return obs, np.asarray(rewards, dtype=np.float32), dones, sb3_infos
+        return obs, np.array(rewards, dtype=np.float32), dones, sb3_infos
 
     def close(self) -> None:
         """Close the vector env."""
@@ -370,6 +372,7 @@ def to_sb3(vector_env: VectorEnv, *, copy_obs: bool | None = None) -> SB3VecEnv:
 
 
 # ---------------------------------------------------------------------- helpers
+_INFO_PROTO = {"TimeLimit.truncated": False}  # copied into every info dict (faster than a literal)
 _WRAPPER_NAME = re.compile(r"<([A-Za-z_][A-Za-z0-9_]*)")
 
 
