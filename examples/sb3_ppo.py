@@ -68,40 +68,52 @@ def train(backend: str, seed: int, target: float, budget: int) -> dict:
             "sps": model.num_timesteps / seconds}
 
 
-def overhead(num_envs: int = 8, steps: int = 2000, repeats: int = 5) -> None:
-    """Median time per vector step of CartPole: raw SyncVectorEnv, the adapter over it, DummyVecEnv."""
+def overhead(num_envs: int = 8, steps: int = 500, repeats: int = 21) -> None:
+    """Median time per vector step of CartPole-v1, the paths timed round-robin (load drifts).
+
+    Rows: raw SyncVectorEnv, the adapter over it, SB3's DummyVecEnv; and, where fastvec's
+    ``vectorization_mode="fastvec"`` is registered, the raw fastvec env and the adapter over it.
+    """
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     from fastvec.integrations.sb3 import to_sb3
 
+    same_step = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
     actions = np.random.default_rng(0).integers(0, 2, size=(steps, num_envs))
     fns = [lambda: gym.make("CartPole-v1") for _ in range(num_envs)]
-    raw = gym.vector.SyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-    adapted = to_sb3(gym.vector.SyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP))
-    dummy = DummyVecEnv(fns)
-    raw.reset(seed=0), adapted.reset(), dummy.reset()
+    envs = {
+        "SyncVectorEnv.step (raw, SAME_STEP)": gym.vector.SyncVectorEnv(fns, **same_step),
+        "to_sb3(SyncVectorEnv).step": to_sb3(gym.vector.SyncVectorEnv(fns, **same_step)),
+        "SB3 DummyVecEnv.step": DummyVecEnv(fns),
+    }
+    try:
+        import fastvec  # noqa: F401
 
-    def run(step) -> float:
-        times = []
-        for _ in range(repeats):
+        make = lambda: gym.make_vec("CartPole-v1", num_envs, vectorization_mode="fastvec", vector_kwargs=same_step)
+        envs["fastvec make_vec .step (raw, SAME_STEP)"] = make()
+        envs["to_sb3(fastvec).step"] = to_sb3(make())
+    except Exception as e:  # fastvec's backends not available
+        print(f"(fastvec rows left out: {type(e).__name__}: {e})")
+    for env in envs.values():
+        env.reset()
+
+    times: dict[str, list[float]] = {name: [] for name in envs}
+    for _ in range(repeats):
+        for name, env in envs.items():
+            step = env.step
             t0 = time.perf_counter()
             for a in actions:
                 step(a)
-            times.append((time.perf_counter() - t0) / steps)
-        return float(np.median(times))
-
-    results = {}
-    for _ in range(2):  # interleaved rounds; keep each one's best median
-        for name, step in (("SyncVectorEnv.step (raw, SAME_STEP)", raw.step),
-                           ("to_sb3(SyncVectorEnv).step", adapted.step),
-                           ("SB3 DummyVecEnv.step", dummy.step)):
-            results[name] = min(results.get(name, np.inf), run(step))
-    base = results["SB3 DummyVecEnv.step"]
-    print(f"\nCartPole-v1, {num_envs} envs, {steps} steps x {repeats} repeats (median per vector step)\n")
+            times[name].append((time.perf_counter() - t0) / steps)
+    base = float(np.median(times["SB3 DummyVecEnv.step"]))
+    print(f"\nCartPole-v1, {num_envs} envs, {steps} steps x {repeats} round-robin repeats "
+          f"(median per vector step)\n")
     print("| path | per step | SPS | vs DummyVecEnv |\n|---|---|---|---|")
-    for name, t in results.items():
+    for name, ts in times.items():
+        t = float(np.median(ts))
         print(f"| {name} | {t * 1e6:.1f} µs | {num_envs / t / 1e3:.0f}k | {base / t:.2f}x |")
-    raw.close(), adapted.close(), dummy.close()
+    for env in envs.values():
+        env.close()
 
 
 if __name__ == "__main__":
@@ -114,7 +126,7 @@ if __name__ == "__main__":
     cli = parser.parse_args()
     if cli.overhead:
         for n in (8, 64):
-            overhead(num_envs=n, steps=16000 // n)
+            overhead(num_envs=n, steps=4000 // n)
     else:
         r = train(cli.backend, cli.seed, cli.target, cli.budget)
         print(f"{r['backend']}: mean return {r['mean_return']:.1f} after {r['steps']} steps, "
