@@ -289,6 +289,22 @@ def test_per_env_options_and_seed(backend: str, mode: AutoresetMode) -> None:
         ref.close()
 
 
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+def test_sb3_vec_wrappers_on_top(mode: AutoresetMode) -> None:
+    """VecNormalize and VecFrameStack (which rewrites terminal_observation) over the adapter."""
+    from stable_baselines3.common.vec_env import VecFrameStack, VecNormalize
+
+    actions = _actions("CartPole-v1", 4, 150, seed=13)
+    env = VecFrameStack(VecNormalize(to_sb3(BACKENDS["sync"]("CartPole-v1", 4, mode))), 3)
+    # VecNormalize scales rewards; the episode statistics stay raw (Monitor below it in the reference)
+    ref = VecFrameStack(VecNormalize(_reference("CartPole-v1", 4, wrappers=(Monitor,))), 3)
+    try:
+        _compare_traces(_rollout(env, actions, seed=14), _rollout(ref, actions, seed=14), monitor_in_ref=True)
+    finally:
+        env.close()
+        ref.close()
+
+
 def test_seed_semantics() -> None:
     env = to_sb3(BACKENDS["sync"]("CartPole-v1", 3, SAME_STEP))
     try:
@@ -450,6 +466,9 @@ def test_observations_are_not_aliased_when_backend_does_not_copy(mode: Autoreset
     finally:
         env.close()
         ref.close()
+    wrapped = gym.wrappers.vector.RecordEpisodeStatistics(
+        gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")], copy=False, autoreset_mode=mode))
+    assert to_sb3(wrapped).copy_obs  # seen through vector wrappers
     assert not to_sb3(BACKENDS["sync"]("CartPole-v1", 1, SAME_STEP)).copy_obs
 
 

@@ -118,7 +118,7 @@ class SB3VecEnv(VecEnv):
                 "autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)."
             )
         if copy_obs is None:
-            copy_obs = getattr(vector_env, "copy", True) is False
+            copy_obs = getattr(vector_env.unwrapped, "copy", True) is False
         self.copy_obs = bool(copy_obs)
         num_envs = int(vector_env.num_envs)
         super().__init__(num_envs, vector_env.single_observation_space, vector_env.single_action_space)
