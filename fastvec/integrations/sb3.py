@@ -125,6 +125,7 @@ class SB3VecEnv(VecEnv):
 
         self._actions: Any = None
         self._has_reset = False
+        self._same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
         self._t_start = time.time()
         self._episode_returns = np.zeros(num_envs, dtype=np.float64)
         self._episode_lengths = np.zeros(num_envs, dtype=np.int64)
@@ -180,9 +181,9 @@ class SB3VecEnv(VecEnv):
         self._episode_lengths += 1
         proto = _INFO_PROTO
         sb3_infos: list[dict[str, Any]] = [proto.copy() for _ in range(self.num_envs)]
-        any_done = bool(dones.any())
+        any_done = np.count_nonzero(dones) > 0  # (ndarray.any is ~10x slower on small arrays)
 
-        if self.autoreset_mode == AutoresetMode.SAME_STEP:
+        if self._same_step:
             if infos:
                 final_obs = infos.get("final_obs")
                 final_info = infos.get("final_info")
