@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-BACKENDS = ["sync"]  # + ["fastvec"] after merging fastvec's backends
+BACKENDS = ["sync", "fastvec"]
 
 _PATH = Path(__file__).resolve().parents[1] / "examples" / "cleanrl_ppo.py"
 _spec = importlib.util.spec_from_file_location("cleanrl_ppo", _PATH)

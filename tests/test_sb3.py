@@ -78,12 +78,8 @@ def _make_vec(vectorization_mode: str, env_id: str, num_envs: int, autoreset_mod
 
 BACKENDS: dict[str, Callable[..., gym.vector.VectorEnv]] = {
     "sync": partial(_make_vec, "sync"),
-    # After merging fastvec's backends, add (make_vec picks NativeVectorEnv for native ids
-    # without wrappers, FastVectorEnv otherwise):
-    #   "fastvec": partial(_make_vec, "fastvec"),
-    # and, to pin the multiprocess one for native ids as well:
-    #   "fastvec-mp": lambda env_id, n, mode, wrappers=(), **kw: fastvec.FastVectorEnv(
-    #       [partial(_wrapped, env_id, wrappers, kw)] * n, autoreset_mode=mode),
+    # make_vec picks NativeVectorEnv for native ids without wrappers, FastVectorEnv otherwise.
+    "fastvec": partial(_make_vec, "fastvec"),
 }
 ASYNC = partial(_make_vec, "async")  # slow to start: used in a few cases only
 

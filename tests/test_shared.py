@@ -184,11 +184,28 @@ def test_step_wait_timeout():
     import multiprocessing
 
     fns = [lambda: ToyEnv(step_sleep=0.5) for _ in range(2)]
-    with FastVectorEnv(fns, num_workers=2) as env:
-        env.reset(seed=0)
+    ref = SyncVectorEnv(fns)
+    with FastVectorEnv(fns, num_workers=2, step_in_caller=False) as env:
+        assert_same(ref.reset(seed=0), env.reset(seed=0))
         env.step_async(np.array([0, 1]))
-        with pytest.raises(multiprocessing.TimeoutError):
+        with pytest.raises(multiprocessing.TimeoutError, match="still pending"):
             env.step_wait(timeout=0.05)
+        # The step is still pending: waiting again collects it.
+        assert_same(ref.step(np.array([0, 1])), env.step_wait())
+
+
+@pytest.mark.parametrize("step_in_caller", [True, False])
+def test_errors_in_call_and_attributes_keep_the_env_usable(step_in_caller):
+    with FastVectorEnv(toy_fns(3), num_workers=2, step_in_caller=step_in_caller) as env:
+        env.reset(seed=0)
+        with pytest.raises(AttributeError) as info:
+            env.get_attr("no_such_attribute")
+        assert info.value.env_index == 0
+        with pytest.raises(AttributeError):
+            env.call("no_such_method", 1)
+        assert env.get_attr("max_len") == (3, 7, 11)
+        env.step(np.zeros(3, np.int64))
+        assert not env.closed
 
 
 @pytest.mark.parametrize("bad, error, match", [

@@ -244,6 +244,8 @@ def send_command(uint32_t[:, ::1] ctrl not None, Py_ssize_t worker, uint32_t com
     if not 0 <= worker < ctrl.shape[0] - 1:
         raise IndexError(f"worker {worker} out of range [0, {ctrl.shape[0] - 1})")
     cdef uint32_t seq
+    if fv_load(&ctrl[worker, DONE_SEQ]) != fv_load(&ctrl[worker, CMD_SEQ]):
+        raise RuntimeError(f"worker {worker} is still busy with its previous command")
     with nogil:
         seq = fv_load(&ctrl[worker, CMD_SEQ]) + 1
         fv_store(&ctrl[worker, CMD], command)

@@ -28,7 +28,11 @@ class Status(IntEnum):
     OK = 0  # results are in the buffer, nothing on the pipe
     MESSAGE = 1  # a reply (infos, call results, observations) follows on the pipe
     ERROR = 2  # an error report follows on the pipe; the worker has stopped
+    CALL_ERROR = 3  # call/get_attr/set_attr raised: a report follows; the worker serves on
 
+
+# Commands whose errors leave the envs as they were, so the vector env stays usable.
+RECOVERABLE = ("call", "setattr")
 
 # Seconds a waiter blocks before it checks that the other side still lives.
 LIVENESS_INTERVAL = 0.1

@@ -22,7 +22,7 @@ from gymnasium.vector import AutoresetMode
 
 from fastvec._ext import _sync
 from fastvec.spaces import Layout
-from fastvec.vector._protocol import LIVENESS_INTERVAL, Command, Status
+from fastvec.vector._protocol import LIVENESS_INTERVAL, RECOVERABLE, Command, Status
 from fastvec.vector._shared_buffer import SharedBuffer
 
 # Names `call` must not reach: they have their own commands (as in AsyncVectorEnv).
@@ -266,8 +266,11 @@ def _serve(worker: _Worker, parent_pid: int) -> None:
                 raise ValueError(f"unknown command word {command}")
         except BaseException as exc:
             report = _error_report(exc, worker.current_env, phase)
-            _sync.finish_command(ctrl, index, seq, Status.ERROR)
+            recoverable = phase in RECOVERABLE and isinstance(exc, Exception)
+            _sync.finish_command(ctrl, index, seq, Status.CALL_ERROR if recoverable else Status.ERROR)
             pipe.send(report)
+            if recoverable:
+                continue
             return
         _sync.finish_command(ctrl, index, seq, status)
         if status == Status.MESSAGE:

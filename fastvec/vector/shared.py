@@ -36,7 +36,7 @@ from fastvec.errors import (
 )
 from fastvec.spaces import Layout
 from fastvec.vector import _shared_buffer
-from fastvec.vector._protocol import LIVENESS_INTERVAL, Command, Status
+from fastvec.vector._protocol import LIVENESS_INTERVAL, RECOVERABLE, Command, Status
 from fastvec.vector._worker import _Worker, worker_main
 
 __all__ = ["FastVectorEnv"]
@@ -494,7 +494,11 @@ class FastVectorEnv(VectorEnv):
         """Wait for the pending workers; return [(worker, reply)] for those that sent one."""
         deadline = None if timeout is None else time.perf_counter() + timeout
         pending = self._pending
-        local_reply = self._run_local_job()
+        local_error = None
+        try:
+            local_reply = self._run_local_job()
+        except _RecoverableError as exc:
+            local_reply, local_error = None, exc.error  # raised once the workers have answered too
         if self._local is not None:
             pending = pending.copy()
             pending[0] = 0
@@ -509,9 +513,12 @@ class FastVectorEnv(VectorEnv):
                 if not _sync.is_done(self._ctrl, w):
                     self._check_alive(int(w))
             if deadline is not None and time.perf_counter() >= deadline:
-                self._state = _State.DEFAULT
-                raise multiprocessing.TimeoutError(f"The call to `{caller}` has timed out after {timeout} second(s).")
+                # The call stays pending: wait for it again, or close() (which waits, then terminates).
+                raise multiprocessing.TimeoutError(
+                    f"The call to `{caller}` has timed out after {timeout} second(s); it is still pending."
+                )
         replies = [local_reply] if local_reply is not None else []
+        call_errors = [(0, local_error)] if local_error is not None else []
         for w in np.flatnonzero(pending).tolist():
             status = _sync.status(self._ctrl, w)
             if status == Status.OK:
@@ -519,7 +526,15 @@ class FastVectorEnv(VectorEnv):
             message = self._recv(w)
             if status == Status.ERROR:
                 self._raise_remote(w, message)
+            if status == Status.CALL_ERROR:
+                call_errors.append((w, message))
+                continue
             replies.append((w, message))
+        if call_errors:
+            w, error = call_errors[0]
+            if isinstance(error, BaseException):
+                raise error
+            self._raise_remote(w, error, close=False)
         return replies
 
     def _run_local_job(self) -> tuple | None:
@@ -530,13 +545,22 @@ class FastVectorEnv(VectorEnv):
         self._local_job = None
         try:
             status, reply = method(*args)
+        except Exception as exc:
+            if phase in RECOVERABLE:
+                _annotate(exc, self._local.current_env,
+                          f"raised by env {self._local.current_env} in the calling process during {phase}.")
+                raise _RecoverableError(exc) from None
+            self._fail_local(exc, phase)
         except BaseException as exc:
-            env_index = self._local.current_env
-            self._shutdown(terminate=True)
-            _annotate(exc, env_index, f"raised by env {env_index} in the calling process during {phase}; "
-                      "the vector env is closed.")
-            raise
+            self._fail_local(exc, phase)
         return (0, reply) if status == Status.MESSAGE else None
+
+    def _fail_local(self, exc: BaseException, phase: str) -> None:
+        env_index = self._local.current_env
+        self._shutdown(terminate=True)
+        _annotate(exc, env_index, f"raised by env {env_index} in the calling process during {phase}; "
+                  "the vector env is closed.")
+        raise exc
 
     def _env_range(self, w: int) -> str:
         return f"{self._starts[w]}..{self._stops[w] - 1}"
@@ -562,12 +586,13 @@ class FastVectorEnv(VectorEnv):
             f"FastVectorEnv worker {w} (envs {self._env_range(w)}) {how}; the vector env is closed.", w
         )
 
-    def _raise_remote(self, w: int, report: tuple) -> None:
-        """Close everything and re-raise a worker's exception in the caller."""
+    def _raise_remote(self, w: int, report: tuple, close: bool = True) -> None:
+        """Re-raise a worker's exception in the caller (closing everything first, unless ``close=False``)."""
         _, env_index, phase, type_name, text, trace, payload = report
-        self._shutdown(terminate=True)
+        if close:
+            self._shutdown(terminate=True)
         where = f"env {env_index}" if env_index is not None else f"worker {w} (envs {self._env_range(w)})"
-        note = f"raised by {where} in FastVectorEnv worker {w} during {phase}; the vector env is closed."
+        note = f"raised by {where} in FastVectorEnv worker {w} during {phase}" + ("; the vector env is closed." if close else ".")
         exc = None
         if payload is not None:
             try:
@@ -803,7 +828,13 @@ class FastVectorEnv(VectorEnv):
         self._assert_is_running()
         if self._state is not _State.WAITING_CALL:
             raise NoAsyncCallError("Calling `call_wait` without any prior call to `call_async`.", _State.WAITING_CALL.value)
-        replies = self._wait(timeout, "call_wait")
+        try:
+            replies = self._wait(timeout, "call_wait")
+        except multiprocessing.TimeoutError:
+            raise
+        except BaseException:
+            self._state = _State.DEFAULT
+            raise
         self._state = _State.DEFAULT
         return tuple(result for _, results in replies for result in results)
 
@@ -941,6 +972,14 @@ def _annotate(exc: BaseException, env_index: int | None, note: str) -> None:
         exc.env_index = env_index
     except AttributeError:  # pragma: no cover - exceptions with __slots__
         pass
+
+
+class _RecoverableError(Exception):
+    """Carries an exception from the caller's own share of a call/set_attr until the workers answer."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(str(error))
+        self.error = error
 
 
 class _BatchInfos:
