@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 from gymnasium import spaces as gspaces
 
-__all__ = ["Leaf", "Layout"]
+__all__ = ["Leaf", "Layout", "flatten", "unflatten", "flatten_sample", "unflatten_sample"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,27 @@ class Leaf:
     def nbytes(self) -> int:
         """Bytes one sample of this leaf takes."""
         return self.size * self.dtype.itemsize
+
+    @property
+    def kind(self) -> str:
+        """How the leaf flattens: ``"box"``, ``"multibinary"`` (copied, cast), ``"discrete"``
+        or ``"multidiscrete"`` (one-hot, as ``gymnasium.spaces.flatten``)."""
+        if isinstance(self.space, gspaces.Discrete):
+            return "discrete"
+        if isinstance(self.space, gspaces.MultiDiscrete):
+            return "multidiscrete"
+        if isinstance(self.space, gspaces.MultiBinary):
+            return "multibinary"
+        return "box"
+
+    @property
+    def flat_size(self) -> int:
+        """Number of values one sample takes once flattened (``gymnasium.spaces.flatdim``)."""
+        if isinstance(self.space, gspaces.Discrete):
+            return int(self.space.n)
+        if isinstance(self.space, gspaces.MultiDiscrete):
+            return int(np.sum(self.space.nvec, dtype=np.int64))
+        return self.size
 
 
 _LEAF_TYPES = (gspaces.Box, gspaces.Discrete, gspaces.MultiDiscrete, gspaces.MultiBinary)
@@ -92,6 +113,18 @@ class Layout:
         _collect(space, (), leaves)
         self.leaves: tuple[Leaf, ...] = tuple(leaves)
         self.is_leaf = isinstance(space, _LEAF_TYPES)
+        # Where each leaf's values go in the flat vector gymnasium.spaces.flatten builds.
+        sizes = [leaf.flat_size for leaf in self.leaves]
+        self.flat_sizes: tuple[int, ...] = tuple(sizes)
+        self.flat_offsets: tuple[int, ...] = tuple(int(o) for o in np.cumsum([0] + sizes[:-1]))
+        self.flat_dim: int = int(sum(sizes))
+        chains: list[list] = []
+        #: dtype of gymnasium.spaces.flatten's result (np.concatenate's promotion, container by
+        #: container); None for a space without leaves.
+        self.flat_dtype: np.dtype | None = _flat_dtype(space, chains)
+        # Per leaf: the dtypes its values pass through, innermost container first.
+        self._chains: tuple[tuple, ...] = tuple(tuple(c) for c in chains)
+        self._plans: dict = {}
 
     def __len__(self) -> int:
         return len(self.leaves)
@@ -125,3 +158,459 @@ def _build(space: gspaces.Space, it) -> Any:
     if isinstance(space, gspaces.Tuple):
         return tuple(_build(sub, it) for sub in space.spaces)
     return next(it)
+
+
+# ---------------------------------------------------------------------------
+# flatten / unflatten
+# ---------------------------------------------------------------------------
+
+
+def _flat_dtype(space: gspaces.Space, chains: list) -> np.dtype | None:
+    """gymnasium's flat dtype of ``space``; appends each leaf's container dtypes to ``chains``.
+
+    ``gymnasium.spaces.flatten`` concatenates container by container, so a leaf's values are
+    cast to each enclosing container's promoted dtype in turn (promotion is not associative:
+    ``{{int8, uint8}, float16}`` flattens to float32, ``{int8, uint8, float16}`` too, but
+    ``{{float16, int8}, uint8}`` to float16).
+    """
+    if isinstance(space, (gspaces.Dict, gspaces.Tuple)):
+        subs = space.spaces.values() if isinstance(space, gspaces.Dict) else space.spaces
+        first = len(chains)
+        dtypes = [d for d in (_flat_dtype(sub, chains) for sub in subs) if d is not None]
+        dtype = np.result_type(*dtypes) if dtypes else None
+        for chain in chains[first:]:
+            chain.append(dtype)
+        return dtype
+    chains.append([])
+    return np.dtype(space.dtype)
+
+
+def _exact(src: np.dtype, dst: np.dtype) -> bool:
+    """Whether every value of dtype ``src`` is represented exactly in ``dst``."""
+    if src == dst or src.kind == "b":
+        return True
+    if dst.kind == "b":
+        return False
+    if src.kind in "iu" and dst.kind in "iu":
+        return bool(np.can_cast(src, dst, "safe"))
+    if src.kind in "iu" and dst.kind == "f":
+        bits = 8 * src.itemsize - (src.kind == "i")
+        return bits <= np.finfo(dst).nmant + 1
+    if src.kind == "f" and dst.kind == "f":
+        return bool(np.can_cast(src, dst, "safe"))
+    return False
+
+
+def _precasts(leaf_dtype: np.dtype, chain: tuple, target: np.dtype) -> tuple:
+    """The casts gymnasium's nested concatenation applies that a direct cast would not equal.
+
+    A value goes leaf dtype -> each container dtype -> ``target``. An intermediate dtype that
+    holds the current values exactly changes nothing and is skipped; a lossy one (int64 ->
+    float64 before float32, say) must be applied as is, so it is returned to be applied first.
+    """
+    steps = [d for d in chain if d is not None] + [target]
+    while len(steps) >= 2 and steps[-2] == steps[-1]:
+        steps.pop(-2)
+    out = []
+    cur = leaf_dtype
+    for d in steps[:-1]:
+        if not _exact(cur, d):
+            out.append(d)
+            cur = d
+    return tuple(out)
+
+
+_CODES = {
+    np.dtype(np.uint8): "u8", np.dtype(np.int8): "i8", np.dtype(np.uint16): "u16",
+    np.dtype(np.int16): "i16", np.dtype(np.uint32): "u32", np.dtype(np.int32): "i32",
+    np.dtype(np.uint64): "u64", np.dtype(np.int64): "i64", np.dtype(np.float32): "f32",
+    np.dtype(np.float64): "f64", np.dtype(np.bool_): "u8",
+}
+_FLOAT_CODES = {np.dtype(np.float32): "float32_t", np.dtype(np.float64): "float64_t"}
+
+
+def _kernel(name: str, flat_dtype: np.dtype, leaf_dtype: np.dtype) -> Any:
+    """The Cython specialisation of ``name`` for a flat float type and a leaf element type,
+    or None where there is none (float16, longdouble, integer flat buffers): NumPy then."""
+    from fastvec._ext import _flatten
+
+    fl, code = _FLOAT_CODES.get(flat_dtype), _CODES.get(leaf_dtype)
+    if fl is None or code is None:
+        return None
+    sigs = getattr(_flatten, name).__signatures__
+    return sigs.get(f"{code}|{fl}") or sigs.get(f"{fl}|{code}")
+
+
+# NumPy versions of the kernels, same signatures; used where no kernel specialisation applies.
+
+def _np_copy_in(src, out, off):
+    out[:, off:off + src.shape[1]] = src
+    return -1
+
+
+def _np_onehot_in(src, out, off, n, start):
+    k = src.astype(np.uint64) - np.uint64(start)
+    bad = np.flatnonzero(k >= n)
+    if bad.size:
+        return int(bad[0])
+    seg = out[:, off:off + n]
+    seg[...] = 0
+    seg[np.arange(src.shape[0]), k.astype(np.intp)] = 1
+    return -1
+
+
+def _np_multi_onehot_in(src, out, off, width, seg, nvec, start):
+    k = src.astype(np.uint64) - start
+    bad = np.flatnonzero((k >= nvec.astype(np.uint64)).any(axis=1))
+    if bad.size:
+        return int(bad[0])
+    out[:, off:off + width] = 0
+    rows = np.arange(src.shape[0])[:, None]
+    out[rows, off + seg + k.astype(np.intp)] = 1
+    return -1
+
+
+def _np_copy_out(flat, off, dst):
+    dst[...] = flat[:, off:off + dst.shape[1]]
+    return -1
+
+
+def _np_onehot_out(flat, off, n, start, dst):
+    nz = flat[:, off:off + n] != 0
+    has = nz.any(axis=1)
+    if not has.all():
+        return int(np.argmin(has))
+    dst[...] = (nz.argmax(axis=1).astype(np.uint64) + np.uint64(start)).astype(dst.dtype)
+    return -1
+
+
+def _np_multi_onehot_out(flat, off, seg, nvec, start, dst):
+    for c in range(dst.shape[1]):
+        bad = _np_onehot_out(flat, off + int(seg[c]), int(nvec[c]), int(start[c]), dst[:, c])
+        if bad >= 0:
+            return bad
+    return -1
+
+
+def _u64(value) -> int:
+    """An integer's two's-complement bits as an unsigned 64-bit value."""
+    return int(value) % (1 << 64)
+
+
+class _LeafStep:
+    """One leaf's cached plan for one flat dtype: the kernel, its arguments, and checks."""
+
+    __slots__ = ("leaf", "fn", "args", "dtype", "shape", "width", "onehot", "precast",
+                 "as_u8", "flat2d")
+
+    def __init__(self, leaf: Leaf, offset: int, precast: tuple, flat_dtype: np.dtype,
+                 direction: str):
+        self.leaf = leaf
+        self.dtype = leaf.dtype
+        self.shape = leaf.shape
+        self.precast = precast
+        kind = leaf.kind
+        src = precast[-1] if precast else leaf.dtype
+        space = leaf.space
+        if kind == "discrete":
+            name = "onehot_in" if direction == "in" else "onehot_out"
+            self.args = (offset, int(space.n), _u64(space.start))
+            self.width = 1
+            self.onehot = True
+        elif kind == "multidiscrete":
+            name = "multi_onehot_in" if direction == "in" else "multi_onehot_out"
+            nvec = np.ascontiguousarray(space.nvec.reshape(-1), dtype=np.int64)
+            seg = np.ascontiguousarray(np.cumsum(nvec) - nvec, dtype=np.int64)
+            start = np.array([_u64(s) for s in space.start.reshape(-1)], dtype=np.uint64)
+            if direction == "in":
+                self.args = (offset, leaf.flat_size, seg, nvec, start)
+            else:
+                self.args = (offset, seg, nvec, start)
+            self.width = leaf.size
+            self.onehot = True
+        else:
+            name = "copy_in" if direction == "in" else "copy_out"
+            self.args = (offset,)
+            self.width = leaf.size
+            self.onehot = False
+        fn = _kernel(name, flat_dtype, src)
+        self.as_u8 = False
+        if direction == "out" and leaf.dtype == np.bool_ and fn is not None:
+            # float -> bool is "!= 0" (NumPy's cast), not a C cast to uint8.
+            fn = _kernel("nonzero_out", flat_dtype, np.dtype(np.uint8))
+        if fn is not None and src == np.bool_:
+            self.as_u8 = True
+        self.fn = fn if fn is not None else globals()["_np_" + name]
+        # Discrete leaves are 1-D [B] in the kernels, the others 2-D [B, width].
+        self.flat2d = kind != "discrete"
+
+    def path_str(self) -> str:
+        return "/".join(map(str, self.leaf.path)) or "<root>"
+
+
+class _Plan:
+    """All leaves' steps for one direction and one flat dtype."""
+
+    __slots__ = ("steps", "dtype")
+
+    def __init__(self, layout: "Layout", dtype: np.dtype, direction: str):
+        self.dtype = dtype
+        self.steps = []
+        for leaf, off, chain in zip(layout.leaves, layout.flat_offsets, layout._chains):
+            precast = ()
+            if direction == "in" and leaf.kind in ("box", "multibinary"):
+                precast = _precasts(leaf.dtype, chain, dtype)
+            self.steps.append(_LeafStep(leaf, off, precast, dtype, direction))
+
+
+def _plan(layout: Layout, dtype: np.dtype, direction: str) -> _Plan:
+    key = (dtype, direction)
+    plan = layout._plans.get(key)
+    if plan is None:
+        plan = layout._plans[key] = _Plan(layout, dtype, direction)
+    return plan
+
+
+def _check_dtype(dtype) -> np.dtype:
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "biuf":
+        raise TypeError(f"flat dtype must be a numeric (bool, integer or float) dtype, got {dtype}")
+    return dtype
+
+
+def _out_dtype(layout: Layout, out, dtype) -> np.dtype:
+    if layout.flat_dtype is None:
+        raise ValueError(f"cannot flatten {layout.space!r}: it has no Box, Discrete, MultiDiscrete "
+                         "or MultiBinary leaf")
+    if dtype is not None:
+        dtype = _check_dtype(dtype)
+        if out is not None and out.dtype != dtype:
+            raise TypeError(f"out has dtype {out.dtype} but dtype={dtype} was asked for")
+        return dtype
+    if out is not None:
+        return _check_dtype(out.dtype)
+    return layout.flat_dtype
+
+
+def _coerce(step: _LeafStep, value, batch: int | None) -> np.ndarray:
+    """Turn one leaf's value into a C-contiguous array of the leaf's dtype and expected shape,
+    or raise a clear error. ``batch`` None means one sample."""
+    leaf = step.leaf
+    a = value if isinstance(value, np.ndarray) else np.asarray(value)
+    if a.dtype != leaf.dtype:
+        if a.dtype.kind not in "biuf" or not np.can_cast(a.dtype, leaf.dtype, "same_kind"):
+            raise TypeError(f"leaf {step.path_str()} ({leaf.space}): expected values castable to "
+                            f"{leaf.dtype}, got an array of dtype {a.dtype}")
+        a = a.astype(leaf.dtype)
+    expected = leaf.shape if batch is None else (batch,) + leaf.shape
+    if a.shape != expected:
+        what = "one sample" if batch is None else f"a batch of {batch}"
+        hint = ("; for one sample use flatten_sample"
+                if batch is not None and a.shape == leaf.shape else "")
+        raise ValueError(f"leaf {step.path_str()} ({leaf.space}): expected shape {expected} for "
+                         f"{what}, got {a.shape}{hint}")
+    return np.ascontiguousarray(a)
+
+
+def _split(layout: Layout, value, what: str) -> list:
+    try:
+        return layout.split(value)
+    except (KeyError, IndexError, TypeError) as exc:
+        raise ValueError(f"expected {what} structured like {layout.space!r}; looking up a leaf "
+                         f"failed with {type(exc).__name__}: {exc}") from None
+
+
+def _flatten_into(plan: _Plan, values: list, batch: int, out2: np.ndarray, single: bool) -> None:
+    for step, v in zip(plan.steps, values):
+        if (type(v) is not np.ndarray or v.dtype is not step.dtype or not v.flags.c_contiguous
+                or v.shape != ((step.shape if single else (batch,) + step.shape))):
+            v = _coerce(step, v, None if single else batch)
+        for d in step.precast:
+            v = v.astype(d)
+        if step.as_u8:
+            v = v.view(np.uint8)
+        if step.flat2d:
+            if v.ndim != 2 or single:
+                v = v.reshape(batch, step.width)
+        elif single:
+            v = v.reshape(1)
+        bad = step.fn(v, out2, *step.args)
+        if bad >= 0:
+            raise ValueError(
+                f"leaf {step.path_str()} ({step.leaf.space}): value "
+                f"{v[bad].tolist()} at batch index {bad} is outside the space"
+                if not single else
+                f"leaf {step.path_str()} ({step.leaf.space}): value {v[0].tolist()} is outside "
+                "the space")
+
+
+def flatten(layout: Layout, batch, out: np.ndarray | None = None, *, dtype=None) -> np.ndarray:
+    """Flatten a batch of samples into ``[B, layout.flat_dim]``, as gymnasium does per sample.
+
+    Row ``b`` equals ``gymnasium.spaces.flatten(layout.space, sample_b)`` (cast to ``dtype``
+    when one is given): Box and MultiBinary values copied in order, Discrete and
+    MultiDiscrete values one-hot encoded (``start`` honoured), Dict leaves in
+    ``space.spaces`` order, Tuple leaves by index.
+
+    Args:
+        layout: the :class:`Layout` of the space.
+        batch: what a vector env returns for the space: an array ``[B, *shape]`` per leaf,
+            in Dicts/Tuples nested as the space is.
+        out: optional preallocated C-contiguous ``[B, flat_dim]`` array to write into.
+        dtype: output dtype; by default ``out.dtype`` or gymnasium's flat dtype
+            (``layout.flat_dtype``, NumPy's promotion of the leaf dtypes). float32 and
+            float64 outputs run the Cython kernels, others run NumPy.
+
+    Returns:
+        ``out`` (or a new array) of shape ``[B, flat_dim]``.
+
+    Raises:
+        ValueError: a leaf is missing or has the wrong shape, the batch sizes differ, a
+            Discrete/MultiDiscrete value is outside the space, or ``out`` has the wrong shape.
+        TypeError: a leaf's dtype cannot be cast to the leaf space's dtype (same kind), or
+            ``out``/``dtype`` disagree.
+
+    Example:
+        >>> import numpy as np
+        >>> from gymnasium import spaces
+        >>> from fastvec.spaces import Layout, flatten
+        >>> layout = Layout(spaces.Dict({"pos": spaces.Box(-1, 1, (2,)), "id": spaces.Discrete(3)}))
+        >>> flatten(layout, {"id": np.array([2, 0]), "pos": np.zeros((2, 2), np.float32)},
+        ...         dtype=np.float32)
+        array([[0., 0., 1., 0., 0.],
+               [1., 0., 0., 0., 0.]], dtype=float32)
+    """
+    values = _split(layout, batch, "a batch")
+    first = values[0] if values else None
+    shape = getattr(first, "shape", None)
+    if shape is None:
+        shape = np.shape(first)
+    if not shape:
+        raise ValueError(f"expected a batch (leading axis = batch) for {layout.space!r}, got a "
+                         f"leaf of shape {tuple(shape)}; use flatten_sample for one sample")
+    n = int(shape[0])
+    dtype = _out_dtype(layout, out, dtype)
+    plan = layout._plans.get((dtype, "in")) or _plan(layout, dtype, "in")
+    if out is None:
+        out = target = np.empty((n, layout.flat_dim), dtype)
+        scratch = False
+    else:
+        target, scratch = _check_out(out, (n, layout.flat_dim))
+    _flatten_into(plan, values, n, target, False)
+    if scratch:
+        out[...] = target
+    return out
+
+
+def _check_out(out, shape: tuple) -> tuple[np.ndarray, bool]:
+    """Validate ``out``; return the 2-D C-contiguous array the kernels write and whether it is
+    a scratch buffer to copy back into ``out`` (when ``out`` is not C-contiguous)."""
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
+    if out.shape != shape:
+        raise ValueError(f"out must have shape {shape}, got {out.shape}")
+    if not out.flags.writeable:
+        raise ValueError("out is read-only")
+    shape2 = shape if len(shape) == 2 else (1, shape[0])
+    if out.flags.c_contiguous:
+        return out.reshape(shape2), False
+    return np.empty(shape2, out.dtype), True
+
+
+def flatten_sample(layout: Layout, sample, out: np.ndarray | None = None, *,
+                   dtype=None) -> np.ndarray:
+    """Flatten one sample into ``[flat_dim]``: equals ``gymnasium.spaces.flatten``.
+
+    Same arguments as :func:`flatten`, for a single sample (``out`` is 1-D).
+
+    Example:
+        >>> from gymnasium import spaces
+        >>> from fastvec.spaces import Layout, flatten_sample
+        >>> space = spaces.Tuple((spaces.Discrete(3, start=1), spaces.MultiBinary(2)))
+        >>> flatten_sample(Layout(space), (3, [1, 0]))
+        array([0, 0, 1, 1, 0])
+    """
+    values = _split(layout, sample, "a sample")
+    dtype = _out_dtype(layout, out, dtype)
+    plan = layout._plans.get((dtype, "in")) or _plan(layout, dtype, "in")
+    if out is None:
+        target = np.empty((1, layout.flat_dim), dtype)
+        out = target[0]
+        scratch = False
+    else:
+        target, scratch = _check_out(out, (layout.flat_dim,))
+    _flatten_into(plan, values, 1, target, True)
+    if scratch:
+        out[...] = target[0]
+    return out
+
+
+def _flat_input(layout: Layout, flat, single: bool) -> np.ndarray:
+    a = flat if isinstance(flat, np.ndarray) else np.asarray(flat)
+    if a.dtype.kind not in "biuf":
+        raise TypeError(f"expected a numeric flat array, got dtype {a.dtype}")
+    expected = "[flat_dim]" if single else "[B, flat_dim]"
+    if a.ndim != (1 if single else 2) or a.shape[-1] != layout.flat_dim:
+        hint = "" if single or a.ndim != 1 else "; use unflatten_sample for one sample"
+        raise ValueError(f"expected a flat array of shape {expected} with flat_dim="
+                         f"{layout.flat_dim} for {layout.space!r}, got shape {a.shape}{hint}")
+    if not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a)
+    return a.reshape(1, -1) if single else a
+
+
+def _unflatten_from(layout: Layout, flat2: np.ndarray, single: bool) -> list:
+    dtype = flat2.dtype
+    plan = layout._plans.get((dtype, "out")) or _plan(layout, dtype, "out")
+    n = flat2.shape[0]
+    results = []
+    for step in plan.steps:
+        res = np.empty((n,) + step.shape, step.dtype)
+        dst = res.view(np.uint8) if step.as_u8 else res
+        if step.flat2d:
+            dst = dst.reshape(n, step.width)
+        bad = step.fn(flat2, *step.args, dst)
+        if bad >= 0:
+            where = "" if single else f" at batch index {bad}"
+            raise ValueError(
+                f"leaf {step.path_str()} ({step.leaf.space}): the flat values{where} are not a "
+                "one-hot encoding (a segment has no nonzero), so they cannot be unflattened")
+        results.append(res[0] if single else res)
+    return results
+
+
+def unflatten(layout: Layout, flat) -> Any:
+    """Rebuild a batch of samples from ``[B, flat_dim]``; the inverse of :func:`flatten`.
+
+    Leaf ``b`` equals ``gymnasium.spaces.unflatten(layout.space, flat[b])`` in values and
+    dtype, stacked along a leading batch axis (fresh arrays, never views of ``flat``). A
+    Discrete/MultiDiscrete value is ``start`` plus the position of the first nonzero in its
+    one-hot segment (gymnasium's rule for one-hot input).
+
+    Raises:
+        ValueError: ``flat`` is not ``[B, flat_dim]``, or a one-hot segment is all zeros.
+        TypeError: ``flat`` is not numeric.
+
+    Example:
+        >>> import numpy as np
+        >>> from gymnasium import spaces
+        >>> from fastvec.spaces import Layout, unflatten
+        >>> layout = Layout(spaces.Dict({"pos": spaces.Box(-1, 1, (2,)), "id": spaces.Discrete(3)}))
+        >>> unflatten(layout, np.array([[0., 0., 1., .5, -.5]], np.float32))
+        {'id': array([2]), 'pos': array([[ 0.5, -0.5]], dtype=float32)}
+    """
+    return layout.join(_unflatten_from(layout, _flat_input(layout, flat, False), False))
+
+
+def unflatten_sample(layout: Layout, flat) -> Any:
+    """Rebuild one sample from ``[flat_dim]``: equals ``gymnasium.spaces.unflatten``.
+
+    Example:
+        >>> import numpy as np
+        >>> from gymnasium import spaces
+        >>> from fastvec.spaces import Layout, unflatten_sample
+        >>> layout = Layout(spaces.Tuple((spaces.Discrete(3, start=1), spaces.MultiBinary(2))))
+        >>> unflatten_sample(layout, np.array([0, 0, 1, 1, 0]))
+        (np.int64(3), array([1, 0], dtype=int8))
+    """
+    return layout.join(_unflatten_from(layout, _flat_input(layout, flat, True), True))
