@@ -220,28 +220,14 @@ def _precasts(leaf_dtype: np.dtype, chain: tuple, target: np.dtype) -> tuple:
     return tuple(out)
 
 
-_CODES = {
-    np.dtype(np.uint8): "u8", np.dtype(np.int8): "i8", np.dtype(np.uint16): "u16",
-    np.dtype(np.int16): "i16", np.dtype(np.uint32): "u32", np.dtype(np.int32): "i32",
-    np.dtype(np.uint64): "u64", np.dtype(np.int64): "i64", np.dtype(np.float32): "f32",
-    np.dtype(np.float64): "f64", np.dtype(np.bool_): "u8",
-}
-_FLOAT_CODES = {np.dtype(np.float32): "float32_t", np.dtype(np.float64): "float64_t"}
+_KERNEL_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+# Leaf kinds of fastvec._ext._flatten.LeafPlan.
+_COPY, _ONEHOT, _MULTI_ONEHOT, _NONZERO, _PYTHON = range(5)
 
 
-def _kernel(name: str, flat_dtype: np.dtype, leaf_dtype: np.dtype) -> Any:
-    """The Cython specialisation of ``name`` for a flat float type and a leaf element type,
-    or None where there is none (float16, longdouble, integer flat buffers): NumPy then."""
-    from fastvec._ext import _flatten
-
-    fl, code = _FLOAT_CODES.get(flat_dtype), _CODES.get(leaf_dtype)
-    if fl is None or code is None:
-        return None
-    sigs = getattr(_flatten, name).__signatures__
-    return sigs.get(f"{code}|{fl}") or sigs.get(f"{fl}|{code}")
-
-
-# NumPy versions of the kernels, same signatures; used where no kernel specialisation applies.
+# NumPy versions of the kernels: used for leaves and flat dtypes no kernel covers (float16,
+# integer or bool flat buffers, ...). `out`/`flat` are [B, F]; leaves [B, width] or [B].
 
 def _np_copy_in(src, out, off):
     out[:, off:off + src.shape[1]] = src
@@ -298,69 +284,96 @@ def _u64(value) -> int:
 
 
 class _LeafStep:
-    """One leaf's cached plan for one flat dtype: the kernel, its arguments, and checks."""
+    """One leaf's plan for one flat dtype and direction: the kernel's LeafPlan and the NumPy
+    fallback with its arguments."""
 
-    __slots__ = ("leaf", "fn", "args", "dtype", "shape", "width", "onehot", "precast",
-                 "as_u8", "flat2d")
+    __slots__ = ("leaf", "kplan", "np_fn", "np_args", "precast", "flat2d", "width")
 
     def __init__(self, leaf: Leaf, offset: int, precast: tuple, flat_dtype: np.dtype,
                  direction: str):
+        from fastvec._ext._flatten import LeafPlan
+
         self.leaf = leaf
-        self.dtype = leaf.dtype
-        self.shape = leaf.shape
         self.precast = precast
-        kind = leaf.kind
-        src = precast[-1] if precast else leaf.dtype
         space = leaf.space
+        kind = leaf.kind
+        # The dtype of the array the kernel reads (flatten) or writes (unflatten).
+        dtype = precast[-1] if precast else leaf.dtype
         if kind == "discrete":
-            name = "onehot_in" if direction == "in" else "onehot_out"
-            self.args = (offset, int(space.n), _u64(space.start))
-            self.width = 1
-            self.onehot = True
+            start = _u64(space.start)
+            self.kplan = LeafPlan(_ONEHOT, dtype, leaf.shape, offset, leaf.flat_size, start)
+            self.np_args = (offset, int(space.n), start)
+            name = "onehot"
         elif kind == "multidiscrete":
-            name = "multi_onehot_in" if direction == "in" else "multi_onehot_out"
-            nvec = np.ascontiguousarray(space.nvec.reshape(-1), dtype=np.int64)
-            seg = np.ascontiguousarray(np.cumsum(nvec) - nvec, dtype=np.int64)
-            start = np.array([_u64(s) for s in space.start.reshape(-1)], dtype=np.uint64)
-            if direction == "in":
-                self.args = (offset, leaf.flat_size, seg, nvec, start)
-            else:
-                self.args = (offset, seg, nvec, start)
-            self.width = leaf.size
-            self.onehot = True
+            nvec = space.nvec.reshape(-1).astype(np.int64)
+            seg = np.cumsum(nvec) - nvec
+            starts = np.array([_u64(s) for s in space.start.reshape(-1)], dtype=np.uint64)
+            self.kplan = LeafPlan(_MULTI_ONEHOT, dtype, leaf.shape, offset, leaf.flat_size,
+                                  0, seg, nvec, starts)
+            self.np_args = ((offset, leaf.flat_size, seg, nvec, starts) if direction == "in"
+                            else (offset, seg, nvec, starts))
+            name = "multi_onehot"
         else:
-            name = "copy_in" if direction == "in" else "copy_out"
-            self.args = (offset,)
-            self.width = leaf.size
-            self.onehot = False
-        fn = _kernel(name, flat_dtype, src)
-        self.as_u8 = False
-        if direction == "out" and leaf.dtype == np.bool_ and fn is not None:
-            # float -> bool is "!= 0" (NumPy's cast), not a C cast to uint8.
-            fn = _kernel("nonzero_out", flat_dtype, np.dtype(np.uint8))
-        if fn is not None and src == np.bool_:
-            self.as_u8 = True
-        self.fn = fn if fn is not None else globals()["_np_" + name]
-        # Discrete leaves are 1-D [B] in the kernels, the others 2-D [B, width].
+            bool_out = direction == "out" and dtype == np.bool_
+            self.kplan = LeafPlan(_NONZERO if bool_out else _COPY, dtype, leaf.shape, offset,
+                                  leaf.flat_size)
+            self.np_args = (offset,)
+            name = "copy"
+        if flat_dtype not in _KERNEL_FLOATS:
+            self.kplan = LeafPlan(_PYTHON, dtype, leaf.shape, offset, leaf.flat_size)
+        self.np_fn = globals()[f"_np_{name}_{direction}"]
         self.flat2d = kind != "discrete"
+        self.width = leaf.size
 
     def path_str(self) -> str:
         return "/".join(map(str, self.leaf.path)) or "<root>"
 
+    def coerce(self, value, batch: int | None) -> np.ndarray:
+        """``value`` as a C-contiguous array the kernel reads, or a clear error.
+
+        ``batch`` None means one sample. Values of another dtype are cast to the leaf's dtype
+        first (as gymnasium's ``np.asarray(x, dtype=space.dtype)``), when the cast stays in
+        kind ("same_kind": no float to int, no string to number).
+        """
+        leaf = self.leaf
+        a = value if isinstance(value, np.ndarray) else np.asarray(value)
+        if a.dtype != leaf.dtype:
+            if a.dtype.kind not in "biuf" or not np.can_cast(a.dtype, leaf.dtype, "same_kind"):
+                raise TypeError(f"leaf {self.path_str()} ({leaf.space}): expected values castable "
+                                f"to {leaf.dtype}, got an array of dtype {a.dtype}")
+            a = a.astype(leaf.dtype)
+        expected = leaf.shape if batch is None else (batch,) + leaf.shape
+        if a.shape != expected:
+            what = "one sample" if batch is None else f"a batch of {batch}"
+            hint = ("; for one sample use flatten_sample"
+                    if batch is not None and a.shape == leaf.shape else "")
+            raise ValueError(f"leaf {self.path_str()} ({leaf.space}): expected shape {expected} "
+                             f"for {what}, got {a.shape}{hint}")
+        for d in self.precast:
+            a = a.astype(d)
+        if not (a.flags.c_contiguous and a.flags.aligned):
+            a = a.copy(order="C")  # (np.ascontiguousarray would make a 0-d array 1-d)
+        return a
+
 
 class _Plan:
-    """All leaves' steps for one direction and one flat dtype."""
+    """All leaves' steps for one direction and one flat dtype, cached in the Layout."""
 
-    __slots__ = ("steps", "dtype")
+    __slots__ = ("steps", "kplans", "python", "kernel", "coerce_batch", "coerce_one")
 
     def __init__(self, layout: "Layout", dtype: np.dtype, direction: str):
-        self.dtype = dtype
         self.steps = []
         for leaf, off, chain in zip(layout.leaves, layout.flat_offsets, layout._chains):
             precast = ()
             if direction == "in" and leaf.kind in ("box", "multibinary"):
                 precast = _precasts(leaf.dtype, chain, dtype)
             self.steps.append(_LeafStep(leaf, off, precast, dtype, direction))
+        self.kplans = [s.kplan for s in self.steps]
+        # Leaves the NumPy fallback writes (no kernel for their dtype or for the flat dtype).
+        self.python = [i for i, s in enumerate(self.steps) if s.kplan.kind == _PYTHON]
+        self.kernel = len(self.python) < len(self.steps)
+        steps = self.steps
+        self.coerce_batch = lambda i, v, rows, single: steps[i].coerce(v, None if single else rows)
 
 
 def _plan(layout: Layout, dtype: np.dtype, direction: str) -> _Plan:
@@ -384,32 +397,13 @@ def _out_dtype(layout: Layout, out, dtype) -> np.dtype:
                          "or MultiBinary leaf")
     if dtype is not None:
         dtype = _check_dtype(dtype)
-        if out is not None and out.dtype != dtype:
-            raise TypeError(f"out has dtype {out.dtype} but dtype={dtype} was asked for")
+        if out is not None and getattr(out, "dtype", None) != dtype:
+            raise TypeError(f"out has dtype {getattr(out, 'dtype', None)} but dtype={dtype} "
+                            "was asked for")
         return dtype
-    if out is not None:
+    if out is not None and isinstance(out, np.ndarray):
         return _check_dtype(out.dtype)
     return layout.flat_dtype
-
-
-def _coerce(step: _LeafStep, value, batch: int | None) -> np.ndarray:
-    """Turn one leaf's value into a C-contiguous array of the leaf's dtype and expected shape,
-    or raise a clear error. ``batch`` None means one sample."""
-    leaf = step.leaf
-    a = value if isinstance(value, np.ndarray) else np.asarray(value)
-    if a.dtype != leaf.dtype:
-        if a.dtype.kind not in "biuf" or not np.can_cast(a.dtype, leaf.dtype, "same_kind"):
-            raise TypeError(f"leaf {step.path_str()} ({leaf.space}): expected values castable to "
-                            f"{leaf.dtype}, got an array of dtype {a.dtype}")
-        a = a.astype(leaf.dtype)
-    expected = leaf.shape if batch is None else (batch,) + leaf.shape
-    if a.shape != expected:
-        what = "one sample" if batch is None else f"a batch of {batch}"
-        hint = ("; for one sample use flatten_sample"
-                if batch is not None and a.shape == leaf.shape else "")
-        raise ValueError(f"leaf {step.path_str()} ({leaf.space}): expected shape {expected} for "
-                         f"{what}, got {a.shape}{hint}")
-    return np.ascontiguousarray(a)
 
 
 def _split(layout: Layout, value, what: str) -> list:
@@ -420,28 +414,32 @@ def _split(layout: Layout, value, what: str) -> list:
                          f"failed with {type(exc).__name__}: {exc}") from None
 
 
+def _bad_value(step: _LeafStep, value, batch: int, row: int, single: bool) -> ValueError:
+    v = step.coerce(value, None if single else batch)
+    shown = v.tolist() if single else v[row].tolist()
+    where = "" if single else f" at batch index {row}"
+    return ValueError(f"leaf {step.path_str()} ({step.leaf.space}): value {shown}{where} is "
+                      "outside the space")
+
+
 def _flatten_into(plan: _Plan, values: list, batch: int, out2: np.ndarray, single: bool) -> None:
-    for step, v in zip(plan.steps, values):
-        if (type(v) is not np.ndarray or v.dtype is not step.dtype or not v.flags.c_contiguous
-                or v.shape != ((step.shape if single else (batch,) + step.shape))):
-            v = _coerce(step, v, None if single else batch)
-        for d in step.precast:
-            v = v.astype(d)
-        if step.as_u8:
-            v = v.view(np.uint8)
-        if step.flat2d:
-            if v.ndim != 2 or single:
-                v = v.reshape(batch, step.width)
-        elif single:
-            v = v.reshape(1)
-        bad = step.fn(v, out2, *step.args)
-        if bad >= 0:
-            raise ValueError(
-                f"leaf {step.path_str()} ({step.leaf.space}): value "
-                f"{v[bad].tolist()} at batch index {bad} is outside the space"
-                if not single else
-                f"leaf {step.path_str()} ({step.leaf.space}): value {v[0].tolist()} is outside "
-                "the space")
+    """Write every leaf of ``values`` into the C-contiguous ``out2[batch, flat_dim]``."""
+    if len(values) != len(plan.steps):
+        raise ValueError(f"expected {len(plan.steps)} leaf values, got {len(values)}")
+    if plan.kernel:
+        from fastvec._ext._flatten import flatten_into
+
+        bad = flatten_into(plan.kplans, values, out2, plan.coerce_batch, single)
+        if bad is not None:
+            i, row = bad
+            raise _bad_value(plan.steps[i], values[i], batch, row, single)
+    for i in plan.python:
+        step = plan.steps[i]
+        v = step.coerce(values[i], None if single else batch)
+        v = v.reshape(batch, step.width) if step.flat2d else v.reshape(batch)
+        row = step.np_fn(v, out2, *step.np_args)
+        if row >= 0:
+            raise _bad_value(step, values[i], batch, row, single)
 
 
 def flatten(layout: Layout, batch, out: np.ndarray | None = None, *, dtype=None) -> np.ndarray:
@@ -560,22 +558,33 @@ def _flat_input(layout: Layout, flat, single: bool) -> np.ndarray:
 
 
 def _unflatten_from(layout: Layout, flat2: np.ndarray, single: bool) -> list:
-    dtype = flat2.dtype
-    plan = layout._plans.get((dtype, "out")) or _plan(layout, dtype, "out")
+    """The leaves of ``flat2[B, flat_dim]`` (C-contiguous), in layout order."""
+    plan = layout._plans.get((flat2.dtype, "out")) or _plan(layout, flat2.dtype, "out")
     n = flat2.shape[0]
-    results = []
-    for step in plan.steps:
-        res = np.empty((n,) + step.shape, step.dtype)
-        dst = res.view(np.uint8) if step.as_u8 else res
-        if step.flat2d:
-            dst = dst.reshape(n, step.width)
-        bad = step.fn(flat2, *step.args, dst)
-        if bad >= 0:
-            where = "" if single else f" at batch index {bad}"
-            raise ValueError(
-                f"leaf {step.path_str()} ({step.leaf.space}): the flat values{where} are not a "
-                "one-hot encoding (a segment has no nonzero), so they cannot be unflattened")
-        results.append(res[0] if single else res)
+    results = [np.empty((n,) + step.leaf.shape, step.leaf.dtype) for step in plan.steps]
+    bad = None
+    if plan.kernel:
+        from fastvec._ext._flatten import unflatten_into
+
+        bad = unflatten_into(plan.kplans, flat2, results)
+    for i in plan.python:
+        if bad is not None:
+            break
+        step = plan.steps[i]
+        res = results[i]
+        dst = res.reshape(n, step.width) if step.flat2d else res
+        row = step.np_fn(flat2, *step.np_args, dst)
+        if row >= 0:
+            bad = (i, row)
+    if bad is not None:
+        i, row = bad
+        step = plan.steps[i]
+        where = "" if single else f" at batch index {row}"
+        raise ValueError(
+            f"leaf {step.path_str()} ({step.leaf.space}): the flat values{where} are not a "
+            "one-hot encoding (a segment has no nonzero), so they cannot be unflattened")
+    if single:
+        return [r[0] for r in results]
     return results
 
 
