@@ -354,3 +354,56 @@ def test_layout_keeps_leaf_order_and_offsets():
     assert layout.flat_offsets == (0, 4, 7) and layout.flat_sizes == (4, 3, 3)
     assert layout.flat_dim == 10
     assert [leaf.kind for leaf in layout.leaves] == ["box", "multibinary", "discrete"]
+
+
+def test_discrete_scalars_and_narrowing_casts():
+    space = gs.Tuple((gs.Discrete(300, start=-5, dtype=np.int16), gs.Discrete(4, dtype=np.uint8),
+                      gs.Box(0, 10, (2,), np.uint8)))
+    layout = Layout(space)
+    for sample in [(250, 3, np.array([1, 2], np.uint8)),
+                   (np.int64(-5), np.uint8(0), np.array([0, 10], np.uint8)),
+                   (np.int16(294), True, np.array([3, 4], np.uint8))]:
+        ref = gflatten(space, sample)
+        _assert_same(flatten_sample(layout, sample), ref)
+        _assert_same(flatten_sample(layout, sample, dtype=np.float32), ref.astype(np.float32))
+    # Default flat dtype int16: the NumPy path; float32: the kernels (ints read directly).
+    for dtype in (None, np.float32):
+        with pytest.raises(ValueError, match=r"leaf 0 .*value 295 is outside"):
+            flatten_sample(layout, (295, 0, np.zeros(2, np.uint8)), dtype=dtype)
+        with pytest.raises(ValueError, match=r"leaf 1 .*value -1 (is outside|does not fit)"):
+            flatten_sample(layout, (0, -1, np.zeros(2, np.uint8)), dtype=dtype)
+        with pytest.raises(ValueError, match=r"leaf 1 .*value 4 is outside"):
+            flatten_sample(layout, (0, np.int64(4), np.zeros(2, np.uint8)), dtype=dtype)
+        with pytest.raises((ValueError, TypeError), match=r"leaf 0 "):
+            flatten_sample(layout, (2**70, 0, np.zeros(2, np.uint8)), dtype=dtype)
+    # A batch whose int64 values do not fit the leaf's uint8 must not wrap into range.
+    batch = (np.array([0, 1]), np.array([1, 260]), np.zeros((2, 2), np.uint8))
+    with pytest.raises(ValueError, match=r"leaf 1 .*value 260 does not fit .*uint8"):
+        flatten(layout, batch)
+    with pytest.raises(ValueError, match=r"leaf 2 .*value -1 does not fit"):
+        flatten(layout, (np.array([0, 1]), np.array([1, 2]), np.full((2, 2), -1)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(space=nested_spaces, seed=st.integers(0, 2**31 - 1))
+def test_compiled_split_join_equal_layout_methods(space, seed):
+    from fastvec.spaces import _codegen
+
+    layout = Layout(space)
+    split, join = _codegen(layout)
+    sample = _samples(space, seed, 1)[0]
+    ours, ref = split(sample), layout.split(sample)
+    assert len(ours) == len(ref) and all(a is b for a, b in zip(ours, ref))
+    _assert_tree_same(space, join(ref), layout.join(ref))
+
+
+def test_non_literal_dict_keys_fall_back_to_layout_methods():
+    class Key(str):
+        pass
+
+    space = gs.Dict({Key("a"): gs.Discrete(2), "b": gs.Box(0, 1, (1,))})
+    layout = Layout(space)
+    sample = {Key("a"): 1, "b": np.array([0.5], np.float32)}
+    _assert_same(flatten_sample(layout, sample), gflatten(space, sample))
+    back = unflatten_sample(layout, gflatten(space, sample))
+    assert back["a"] == 1 and back["b"][0] == np.float32(0.5)

@@ -75,6 +75,7 @@ _TYPE_CODES = {
 }
 # The fixed-width C types above under their other NumPy names (long/longlong, int/long...).
 import numpy as _np
+_np_integer = _np.integer
 for _name, _code in (("uint8", 0), ("bool", 0), ("int8", 1), ("uint16", 2), ("int16", 3),
                      ("uint32", 4), ("int32", 5), ("uint64", 6), ("int64", 7),
                      ("float32", 8), ("float64", 9)):
@@ -393,6 +394,7 @@ def flatten_into(list plans, list values, floating[:, ::1] out, object coerce, b
     cdef object v
     cdef floating* base
     cdef const void* src
+    cdef i64 scalar
     if rows == 0 or stride == 0:
         return None
     if len(values) != n:
@@ -403,6 +405,18 @@ def flatten_into(list plans, list values, floating[:, ::1] out, object coerce, b
         if p.spec.kind == PYTHON:
             continue
         v = values[i]
+        if single and p.spec.kind == ONEHOT and (type(v) is int or isinstance(v, _np_integer)):
+            # One Discrete sample given as an int or NumPy integer (what Discrete.sample()
+            # returns): read its exact value, no array needed.
+            try:
+                scalar = v
+            except OverflowError:
+                pass
+            else:
+                bad = _leaf_in(&p.spec, <const i64*> &scalar, 1, base, stride)
+                if bad >= 0:
+                    return (i, bad)
+                continue
         if not p.accepts(v, rows, single):
             v = coerce(i, v, rows, single)
             if not p.accepts(v, rows, single):
