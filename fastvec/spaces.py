@@ -15,6 +15,18 @@ Example:
     >>> layout = Layout(space)
     >>> [(leaf.path, leaf.shape, leaf.dtype.name) for leaf in layout.leaves]
     [(('id',), (), 'int64'), (('pos',), (3,), 'float32')]
+
+The same Layout flattens batches (what a vector env returns: a leading batch axis on every
+leaf) into ``[B, layout.flat_dim]`` rows equal to ``gymnasium.spaces.flatten`` per sample,
+and back, through the Cython kernels of ``fastvec._ext._flatten``:
+
+    >>> from fastvec.spaces import flatten, unflatten
+    >>> batch = {"id": np.array([3, 0]), "pos": np.zeros((2, 3), np.float32)}
+    >>> flat = flatten(layout, batch, dtype=np.float32)
+    >>> flat.shape, layout.flat_dim, layout.flat_dtype
+    ((2, 7), 7, dtype('float64'))
+    >>> unflatten(layout, flat)["id"]
+    array([3, 0])
 """
 from __future__ import annotations
 
@@ -523,7 +535,9 @@ def flatten(layout: Layout, batch, out: np.ndarray | None = None, *, dtype=None)
         layout: the :class:`Layout` of the space.
         batch: what a vector env returns for the space: an array ``[B, *shape]`` per leaf,
             in Dicts/Tuples nested as the space is.
-        out: optional preallocated C-contiguous ``[B, flat_dim]`` array to write into.
+        out: optional preallocated ``[B, flat_dim]`` array to write into (a CPU torch
+            tensor works too; it is returned as given). A non-C-contiguous ``out`` costs one
+            extra copy.
         dtype: output dtype; by default ``out.dtype`` or gymnasium's flat dtype
             (``layout.flat_dtype``, NumPy's promotion of the leaf dtypes). float32 and
             float64 outputs run the Cython kernels, others run NumPy.
@@ -556,6 +570,7 @@ def flatten(layout: Layout, batch, out: np.ndarray | None = None, *, dtype=None)
         raise ValueError(f"expected a batch (leading axis = batch) for {layout.space!r}, got a "
                          f"leaf of shape {tuple(shape)}; use flatten_sample for one sample")
     n = int(shape[0])
+    result, out = out, _as_array_out(out)
     dtype = _out_dtype(layout, out, dtype)
     plan = layout._plans.get((dtype, "in")) or _plan(layout, dtype, "in")
     if out is None:
@@ -566,7 +581,22 @@ def flatten(layout: Layout, batch, out: np.ndarray | None = None, *, dtype=None)
     _flatten_into(plan, values, n, target, False)
     if scratch:
         out[...] = target
-    return out
+    return out if result is None else result
+
+
+def _as_array_out(out):
+    """``out`` as a NumPy array sharing its memory (a CPU torch tensor works too)."""
+    if out is None or isinstance(out, np.ndarray):
+        return out
+    if type(out).__module__.split(".")[0] == "torch":
+        if out.device.type != "cpu":
+            raise TypeError(f"out must be a NumPy array or a CPU torch tensor, got a tensor on "
+                            f"{out.device}")
+        try:
+            return out.numpy()
+        except RuntimeError as exc:
+            raise TypeError(f"out cannot be written through NumPy: {exc}") from None
+    raise TypeError(f"out must be a numpy.ndarray or a CPU torch tensor, got {type(out).__name__}")
 
 
 def _check_out(out, shape: tuple) -> tuple[np.ndarray, bool]:
@@ -598,6 +628,7 @@ def flatten_sample(layout: Layout, sample, out: np.ndarray | None = None, *,
         array([0, 0, 1, 1, 0])
     """
     values = _split(layout, sample, "a sample")
+    result, out = out, _as_array_out(out)
     dtype = _out_dtype(layout, out, dtype)
     plan = layout._plans.get((dtype, "in")) or _plan(layout, dtype, "in")
     if out is None:
@@ -609,7 +640,7 @@ def flatten_sample(layout: Layout, sample, out: np.ndarray | None = None, *,
     _flatten_into(plan, values, 1, target, True)
     if scratch:
         out[...] = target[0]
-    return out
+    return out if result is None else result
 
 
 def _flat_input(layout: Layout, flat, single: bool) -> np.ndarray:

@@ -407,3 +407,43 @@ def test_non_literal_dict_keys_fall_back_to_layout_methods():
     _assert_same(flatten_sample(layout, sample), gflatten(space, sample))
     back = unflatten_sample(layout, gflatten(space, sample))
     assert back["a"] == 1 and back["b"][0] == np.float32(0.5)
+
+
+def test_docstring_examples():
+    import doctest
+
+    import fastvec.spaces
+
+    result = doctest.testmod(fastvec.spaces, optionflags=doctest.ELLIPSIS)
+    assert result.attempted >= 20 and result.failed == 0
+
+
+def test_bench_section_runs(capsys):
+    from fastvec._bench import flatten as bench
+
+    # The bench asserts fastvec == gymnasium on its own space before timing; keep it runnable.
+    space = bench.make_space()
+    layout = Layout(space)
+    samples, batch = bench.make_batch(space, 16)
+    ref = np.stack([gflatten(space, s) for s in samples])
+    _assert_same(bench.numpy_flatten(layout, batch, np.empty_like(ref)), ref)
+    _assert_same(flatten(layout, batch), ref)
+    assert layout.flat_dim == 150
+
+
+def test_torch_out():
+    torch = pytest.importorskip("torch")
+    space = gs.Dict({"a": gs.Box(-1, 1, (3,), np.float32), "d": gs.Discrete(4, start=2)})
+    layout = Layout(space)
+    samples = _samples(space, 3, 5)
+    ref = np.stack([gflatten(space, s) for s in samples]).astype(np.float32)
+    out = torch.zeros((5, layout.flat_dim), dtype=torch.float32)
+    assert flatten(layout, _batch(space, samples), out=out) is out
+    np.testing.assert_array_equal(out.numpy(), ref)
+    one = torch.zeros(layout.flat_dim, dtype=torch.float64)
+    assert flatten_sample(layout, samples[0], out=one) is one
+    np.testing.assert_array_equal(one.numpy(), ref[0].astype(np.float64))
+    with pytest.raises(TypeError, match="out cannot be written"):
+        flatten(layout, _batch(space, samples), out=out.clone().requires_grad_())
+    with pytest.raises(TypeError, match="numpy.ndarray or a CPU torch tensor"):
+        flatten(layout, _batch(space, samples), out=[[0.0] * 7] * 5)

@@ -124,7 +124,8 @@ def run(quick: bool = False) -> None:
     gym_ubatch = per_sample(lambda: gs.unflatten(bspace, bflat))
     np_flat = per_sample(lambda: numpy_flatten(layout, batch, out64), number=5)
     np_unflat = per_sample(lambda: numpy_unflatten(layout, flat32), number=5)
-    fv_flat64 = per_sample(lambda: flatten(layout, batch), number=20)
+    fv_flat64 = per_sample(lambda: flatten(layout, batch, out=out64), number=20)
+    fv_flat64_new = per_sample(lambda: flatten(layout, batch), number=20)
     fv_flat32 = per_sample(lambda: flatten(layout, batch, out=out32), number=20)
     fv_unflat32 = per_sample(lambda: unflatten(layout, flat32), number=20)
     fv_unflat64 = per_sample(lambda: unflatten(layout, flat64), number=20)
@@ -136,10 +137,13 @@ def run(quick: bool = False) -> None:
          fmt_time(gym_loop * n), "1.0×", ""],
         ["gymnasium flatten of batch_space (leaf-major layout)", f"{gym_batch * 1e6:.3f}",
          fmt_time(gym_batch * n), _ratio(gym_loop, gym_batch), ""],
-        ["NumPy on batched leaves (float64)", f"{np_flat * 1e6:.3f}", fmt_time(np_flat * n),
-         _ratio(gym_loop, np_flat), "1.0×"],
-        ["fastvec flatten (float64, new array)", f"{fv_flat64 * 1e6:.3f}",
+        ["NumPy on batched leaves (float64, out=)", f"{np_flat * 1e6:.3f}",
+         fmt_time(np_flat * n), _ratio(gym_loop, np_flat), "1.0×"],
+        ["fastvec flatten (float64, out=)", f"{fv_flat64 * 1e6:.3f}",
          fmt_time(fv_flat64 * n), _ratio(gym_loop, fv_flat64), _ratio(np_flat, fv_flat64)],
+        ["fastvec flatten (float64, new array each call)", f"{fv_flat64_new * 1e6:.3f}",
+         fmt_time(fv_flat64_new * n), _ratio(gym_loop, fv_flat64_new),
+         _ratio(np_flat, fv_flat64_new)],
         ["fastvec flatten (float32, out=)", f"{fv_flat32 * 1e6:.3f}",
          fmt_time(fv_flat32 * n), _ratio(gym_loop, fv_flat32), _ratio(np_flat, fv_flat32)],
         ["gymnasium unflatten, per sample", f"{gym_uloop * 1e6:.2f}", fmt_time(gym_uloop * n),
