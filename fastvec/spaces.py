@@ -141,6 +141,12 @@ class Layout:
     def __len__(self) -> int:
         return len(self.leaves)
 
+    def __getstate__(self) -> dict:
+        # The cached flatten plans hold Cython objects and compiled lambdas: rebuilt on demand.
+        state = self.__dict__.copy()
+        state["_plans"] = {}
+        return state
+
     def __repr__(self) -> str:
         return f"Layout({self.space!r}, leaves={len(self.leaves)})"
 
@@ -561,8 +567,10 @@ def flatten(layout: Layout, batch, out: np.ndarray | None = None, *, dtype=None)
         array([[0., 0., 1., 0., 0.],
                [1., 0., 0., 0., 0.]], dtype=float32)
     """
+    result, out = out, _as_array_out(out)
+    dtype = _out_dtype(layout, out, dtype)
     values = _split(layout, batch, "a batch")
-    first = values[0] if values else None
+    first = values[0]
     shape = getattr(first, "shape", None)
     if shape is None:
         shape = np.shape(first)
@@ -570,8 +578,6 @@ def flatten(layout: Layout, batch, out: np.ndarray | None = None, *, dtype=None)
         raise ValueError(f"expected a batch (leading axis = batch) for {layout.space!r}, got a "
                          f"leaf of shape {tuple(shape)}; use flatten_sample for one sample")
     n = int(shape[0])
-    result, out = out, _as_array_out(out)
-    dtype = _out_dtype(layout, out, dtype)
     plan = layout._plans.get((dtype, "in")) or _plan(layout, dtype, "in")
     if out is None:
         out = target = np.empty((n, layout.flat_dim), dtype)

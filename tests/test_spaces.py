@@ -447,3 +447,25 @@ def test_torch_out():
         flatten(layout, _batch(space, samples), out=out.clone().requires_grad_())
     with pytest.raises(TypeError, match="numpy.ndarray or a CPU torch tensor"):
         flatten(layout, _batch(space, samples), out=[[0.0] * 7] * 5)
+
+
+def test_space_without_leaves():
+    layout = Layout(gs.Dict({}))
+    assert layout.flat_dim == 0 and layout.flat_dtype is None
+    with pytest.raises(ValueError, match="no Box, Discrete"):
+        flatten(layout, {})
+    with pytest.raises(ValueError, match="no Box, Discrete"):
+        flatten_sample(layout, {})
+
+
+def test_layout_pickles_after_use():
+    import pickle
+
+    space = gs.Dict({"a": gs.Box(-1, 1, (2,), np.float32), "d": gs.MultiDiscrete([2, 3])})
+    layout = Layout(space)
+    batch = _batch(space, _samples(space, 0, 3))
+    ref = flatten(layout, batch)
+    unflatten(layout, ref)
+    clone = pickle.loads(pickle.dumps(layout))
+    assert [leaf.path for leaf in clone.leaves] == [leaf.path for leaf in layout.leaves]
+    _assert_same(flatten(clone, batch), ref)
