@@ -387,9 +387,12 @@ class _LeafStep:
 class _Plan:
     """All leaves' steps for one direction and one flat dtype, cached in the Layout."""
 
-    __slots__ = ("steps", "kplans", "python", "kernel", "coerce_batch", "coerce_one")
+    __slots__ = ("steps", "kplans", "python", "kernel", "coerce_batch", "run")
 
     def __init__(self, layout: "Layout", dtype: np.dtype, direction: str):
+        from fastvec._ext import _flatten
+
+        self.run = _flatten.flatten_into if direction == "in" else _flatten.unflatten_into
         self.steps = []
         for leaf, off, chain in zip(layout.leaves, layout.flat_offsets, layout._chains):
             precast = ()
@@ -429,8 +432,9 @@ def _out_dtype(layout: Layout, out, dtype) -> np.dtype:
             raise TypeError(f"out has dtype {getattr(out, 'dtype', None)} but dtype={dtype} "
                             "was asked for")
         return dtype
-    if out is not None and isinstance(out, np.ndarray):
-        return _check_dtype(out.dtype)
+    if out is not None:
+        dtype = out.dtype
+        return dtype if dtype in _KERNEL_FLOATS else _check_dtype(dtype)
     return layout.flat_dtype
 
 
@@ -514,9 +518,7 @@ def _flatten_into(plan: _Plan, values: list, batch: int, out2: np.ndarray, singl
     if len(values) != len(plan.steps):
         raise ValueError(f"expected {len(plan.steps)} leaf values, got {len(values)}")
     if plan.kernel:
-        from fastvec._ext._flatten import flatten_into
-
-        bad = flatten_into(plan.kplans, values, out2, plan.coerce_batch, single)
+        bad = plan.run(plan.kplans, values, out2, plan.coerce_batch, single)
         if bad is not None:
             i, row = bad
             raise _bad_value(plan.steps[i], values[i], batch, row, single)
@@ -553,9 +555,10 @@ def flatten(layout: Layout, batch, out: np.ndarray | None = None, *, dtype=None)
 
     Raises:
         ValueError: a leaf is missing or has the wrong shape, the batch sizes differ, a
-            Discrete/MultiDiscrete value is outside the space, or ``out`` has the wrong shape.
-        TypeError: a leaf's dtype cannot be cast to the leaf space's dtype (same kind), or
-            ``out``/``dtype`` disagree.
+            Discrete/MultiDiscrete value is outside the space, an integer does not fit the
+            leaf's dtype, or ``out`` has the wrong shape or is read-only.
+        TypeError: a leaf holds values the leaf's dtype does not take (floats for an integer
+            leaf, non-numbers), or ``out``/``dtype`` disagree or are not numeric.
 
     Example:
         >>> import numpy as np
@@ -608,16 +611,15 @@ def _as_array_out(out):
 def _check_out(out, shape: tuple) -> tuple[np.ndarray, bool]:
     """Validate ``out``; return the 2-D C-contiguous array the kernels write and whether it is
     a scratch buffer to copy back into ``out`` (when ``out`` is not C-contiguous)."""
-    if not isinstance(out, np.ndarray):
-        raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
     if out.shape != shape:
         raise ValueError(f"out must have shape {shape}, got {out.shape}")
-    if not out.flags.writeable:
+    flags = out.flags
+    if not flags.writeable:
         raise ValueError("out is read-only")
-    shape2 = shape if len(shape) == 2 else (1, shape[0])
-    if out.flags.c_contiguous:
-        return out.reshape(shape2), False
-    return np.empty(shape2, out.dtype), True
+    if len(shape) == 2:
+        return (out, False) if flags.c_contiguous else (np.empty(shape, out.dtype), True)
+    return (out.reshape(1, -1), False) if flags.c_contiguous else (
+        np.empty((1, shape[0]), out.dtype), True)
 
 
 def flatten_sample(layout: Layout, sample, out: np.ndarray | None = None, *,
@@ -670,9 +672,7 @@ def _unflatten_from(layout: Layout, flat2: np.ndarray, single: bool) -> list:
     results = [np.empty((n,) + step.leaf.shape, step.leaf.dtype) for step in plan.steps]
     bad = None
     if plan.kernel:
-        from fastvec._ext._flatten import unflatten_into
-
-        bad = unflatten_into(plan.kplans, flat2, results)
+        bad = plan.run(plan.kplans, flat2, results)
     for i in plan.python:
         if bad is not None:
             break
