@@ -21,6 +21,7 @@ nothing is allocated and no Python object is touched; the GIL is released only w
 leaf is large enough for that to pay.
 """
 cimport numpy as cnp
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from numpy cimport int8_t, int16_t, uint16_t, uint64_t
 
 from fastvec._ext._types cimport f32, f64, i64, i32, u32, u8, floating
@@ -52,8 +53,10 @@ cdef enum:
     MULTI_ONEHOT = 2
     NONZERO = 3
     PYTHON = 4          # no kernel for this leaf's dtype: the front end runs NumPy for it
-    # Release the GIL only for leaves with at least this many values in the batch.
+    # Release the GIL only for calls with at least this many flat values.
     NOGIL_MIN = 16384
+    # Bytes of the flat buffer processed per block of rows (all leaves, then the next block).
+    BLOCK_BYTES = 32768
 
 
 cdef struct LeafSpec:
@@ -62,6 +65,7 @@ cdef struct LeafSpec:
     Py_ssize_t off      # column of the leaf's first flat value
     Py_ssize_t width    # values per sample in the leaf array (components for MultiDiscrete)
     Py_ssize_t flat_width  # flat values per sample
+    Py_ssize_t itemsize    # bytes per element of the leaf array
     u64 start           # Discrete start (two's complement)
     const i64* seg      # MultiDiscrete: segment offset of each component
     const i64* nvec     # MultiDiscrete: size of each component
@@ -339,6 +343,7 @@ cdef class LeafPlan:
             self.spec.width *= d
         self.spec.off = off
         self.spec.flat_width = flat_width
+        self.spec.itemsize = dtype.itemsize
         self.spec.start = start
         if kind == MULTI_ONEHOT:
             self.seg = np.ascontiguousarray(seg, dtype=np.int64)
@@ -380,55 +385,124 @@ cdef class LeafPlan:
         return True
 
 
+cdef Py_ssize_t _block_rows(Py_ssize_t stride, Py_ssize_t itemsize) noexcept nogil:
+    """Rows per block so that a block of the flat buffer stays in L1/L2 while every leaf of
+    the block is written (or read): all leaves' columns of a row share its cache lines."""
+    cdef Py_ssize_t rows = BLOCK_BYTES // (stride * itemsize + 1)
+    return rows if rows > 0 else 1
+
+
+cdef Py_ssize_t _run_in(const LeafSpec** specs, const char** srcs, Py_ssize_t n,
+                        Py_ssize_t rows, floating* base, Py_ssize_t stride,
+                        Py_ssize_t* bad_leaf) noexcept nogil:  # OUT: base, bad_leaf
+    """Every leaf, block of rows by block of rows; the first bad row (bad_leaf[0] = its leaf)
+    or -1."""
+    cdef Py_ssize_t i, bad, count
+    cdef Py_ssize_t start = 0
+    cdef Py_ssize_t block = _block_rows(stride, sizeof(floating))
+    while start < rows:
+        count = min(block, rows - start)
+        for i in range(n):
+            if specs[i] == NULL:
+                continue
+            bad = _dispatch_in(specs[i], srcs[i] + start * specs[i].width * specs[i].itemsize,
+                               count, base + start * stride, stride)
+            if bad >= 0:
+                bad_leaf[0] = i
+                return start + bad
+        start += count
+    return -1
+
+
+cdef Py_ssize_t _run_out(const LeafSpec** specs, char** dsts, Py_ssize_t n, Py_ssize_t rows,
+                         const floating* base, Py_ssize_t stride,
+                         Py_ssize_t* bad_leaf) noexcept nogil:  # OUT: dsts, bad_leaf
+    """Every leaf, block of rows by block of rows; the first bad row (bad_leaf[0] = its leaf)
+    or -1."""
+    cdef Py_ssize_t i, bad, count
+    cdef Py_ssize_t start = 0
+    cdef Py_ssize_t block = _block_rows(stride, sizeof(floating))
+    while start < rows:
+        count = min(block, rows - start)
+        for i in range(n):
+            if specs[i] == NULL:
+                continue
+            bad = _dispatch_out(specs[i], base + start * stride, stride, count,
+                                dsts[i] + start * specs[i].width * specs[i].itemsize)
+            if bad >= 0:
+                bad_leaf[0] = i
+                return start + bad
+        start += count
+    return -1
+
+
 def flatten_into(list plans, list values, floating[:, ::1] out, object coerce, bint single):
     """Flatten the leaves ``values`` (in layout order) into ``out[B, F]``.
 
-    ``coerce(i, value, rows, single)`` is called for a leaf that is not already an array the kernel can
-    read (wrong type, dtype, layout or shape); it returns one or raises. Leaves of kind 4
-    are skipped (the front end writes them). Returns None, or ``(leaf index, row)`` of the
-    first Discrete/MultiDiscrete value outside its space.
+    ``coerce(i, value, rows, single)`` is called for a leaf that is not already an array the
+    kernel can read (wrong type, dtype, layout or shape); it returns one or raises. Leaves of
+    kind 4 are skipped (the front end writes them). Returns None, or ``(leaf index, row)`` of
+    a Discrete/MultiDiscrete value outside its space.
     """
-    cdef Py_ssize_t i, bad, rows = out.shape[0], stride = out.shape[1]
+    cdef Py_ssize_t i, bad, total = 0, rows = out.shape[0], stride = out.shape[1]
     cdef Py_ssize_t n = len(plans)
+    cdef Py_ssize_t bad_leaf = -1
     cdef LeafPlan p
     cdef object v
     cdef floating* base
-    cdef const void* src
     cdef i64 scalar
+    cdef const LeafSpec** specs
+    cdef const char** srcs
+    cdef list kept = []      # arrays made by coerce, alive until the kernels ran
     if rows == 0 or stride == 0:
         return None
     if len(values) != n:
         raise ValueError(f"expected {n} leaf values, got {len(values)}")
     base = &out[0, 0]
-    for i in range(n):
-        p = <LeafPlan> plans[i]
-        if p.spec.kind == PYTHON:
-            continue
-        v = values[i]
-        if single and p.spec.kind == ONEHOT and (type(v) is int or isinstance(v, _np_integer)):
-            # One Discrete sample given as an int or NumPy integer (what Discrete.sample()
-            # returns): read its exact value, no array needed.
-            try:
-                scalar = v
-            except OverflowError:
-                pass
-            else:
-                bad = _leaf_in(&p.spec, <const i64*> &scalar, 1, base, stride)
-                if bad >= 0:
-                    return (i, bad)
+    specs = <const LeafSpec**> PyMem_Malloc(n * sizeof(LeafSpec*) + 1)
+    srcs = <const char**> PyMem_Malloc(n * sizeof(char*) + 1)
+    if specs == NULL or srcs == NULL:
+        PyMem_Free(specs)
+        PyMem_Free(srcs)
+        raise MemoryError()
+    try:
+        for i in range(n):
+            specs[i] = NULL
+            p = <LeafPlan> plans[i]
+            if p.spec.kind == PYTHON:
                 continue
-        if not p.accepts(v, rows, single):
-            v = coerce(i, v, rows, single)
+            v = values[i]
+            if single and p.spec.kind == ONEHOT and (type(v) is int
+                                                     or isinstance(v, _np_integer)):
+                # One Discrete sample given as an int or NumPy integer (what
+                # Discrete.sample() returns): read its exact value, no array needed.
+                try:
+                    scalar = v
+                except OverflowError:
+                    pass
+                else:
+                    bad = _leaf_in(&p.spec, <const i64*> &scalar, 1, base, stride)
+                    if bad >= 0:
+                        return (i, bad)
+                    continue
             if not p.accepts(v, rows, single):
-                raise RuntimeError(f"coerce returned an unusable array for leaf {i}")
-        src = cnp.PyArray_DATA(<cnp.ndarray> v)
-        if rows * p.spec.flat_width >= NOGIL_MIN:
+                v = coerce(i, v, rows, single)
+                if not p.accepts(v, rows, single):
+                    raise RuntimeError(f"coerce returned an unusable array for leaf {i}")
+                kept.append(v)
+            specs[i] = &p.spec
+            srcs[i] = <const char*> cnp.PyArray_DATA(<cnp.ndarray> v)
+            total += p.spec.flat_width
+        if rows * total >= NOGIL_MIN:
             with nogil:
-                bad = _dispatch_in(&p.spec, src, rows, base, stride)
+                bad = _run_in(specs, srcs, n, rows, base, stride, &bad_leaf)
         else:
-            bad = _dispatch_in(&p.spec, src, rows, base, stride)
-        if bad >= 0:
-            return (i, bad)
+            bad = _run_in(specs, srcs, n, rows, base, stride, &bad_leaf)
+    finally:
+        PyMem_Free(specs)
+        PyMem_Free(srcs)
+    if bad >= 0:
+        return (bad_leaf, bad)
     return None
 
 
@@ -437,31 +511,46 @@ def unflatten_into(list plans, const floating[:, ::1] flat, list outs):
 
     ``outs[i]`` must be a C-contiguous array of ``plans[i]``'s dtype and shape ``[B, *shape]``
     (the front end allocates them). Leaves of kind 4 are skipped. Returns None, or
-    ``(leaf index, row)`` of the first one-hot segment without a nonzero.
+    ``(leaf index, row)`` of a one-hot segment without a nonzero.
     """
-    cdef Py_ssize_t i, bad, rows = flat.shape[0], stride = flat.shape[1]
+    cdef Py_ssize_t i, bad, total = 0, rows = flat.shape[0], stride = flat.shape[1]
     cdef Py_ssize_t n = len(plans)
+    cdef Py_ssize_t bad_leaf = -1
     cdef LeafPlan p
     cdef const floating* base
-    cdef void* dst
+    cdef const LeafSpec** specs
+    cdef char** dsts
     if rows == 0 or stride == 0:
         return None
     if len(outs) != n:
         raise ValueError(f"expected {n} leaf arrays, got {len(outs)}")
     base = &flat[0, 0]
-    for i in range(n):
-        p = <LeafPlan> plans[i]
-        if p.spec.kind == PYTHON:
-            continue
-        if not p.accepts(outs[i], rows, False) or not cnp.PyArray_ISWRITEABLE(outs[i]):
-            raise ValueError(f"leaf array {i} is not a writable C-contiguous array "
-                             f"of shape ({rows}, *{p.shape})")
-        dst = cnp.PyArray_DATA(<cnp.ndarray> outs[i])
-        if rows * p.spec.flat_width >= NOGIL_MIN:
+    specs = <const LeafSpec**> PyMem_Malloc(n * sizeof(LeafSpec*) + 1)
+    dsts = <char**> PyMem_Malloc(n * sizeof(char*) + 1)
+    if specs == NULL or dsts == NULL:
+        PyMem_Free(specs)
+        PyMem_Free(dsts)
+        raise MemoryError()
+    try:
+        for i in range(n):
+            specs[i] = NULL
+            p = <LeafPlan> plans[i]
+            if p.spec.kind == PYTHON:
+                continue
+            if not p.accepts(outs[i], rows, False) or not cnp.PyArray_ISWRITEABLE(outs[i]):
+                raise ValueError(f"leaf array {i} is not a writable C-contiguous array "
+                                 f"of shape ({rows}, *{p.shape})")
+            specs[i] = &p.spec
+            dsts[i] = <char*> cnp.PyArray_DATA(<cnp.ndarray> outs[i])
+            total += p.spec.flat_width
+        if rows * total >= NOGIL_MIN:
             with nogil:
-                bad = _dispatch_out(&p.spec, base, stride, rows, dst)
+                bad = _run_out(specs, dsts, n, rows, base, stride, &bad_leaf)
         else:
-            bad = _dispatch_out(&p.spec, base, stride, rows, dst)
-        if bad >= 0:
-            return (i, bad)
+            bad = _run_out(specs, dsts, n, rows, base, stride, &bad_leaf)
+    finally:
+        PyMem_Free(specs)
+        PyMem_Free(dsts)
+    if bad >= 0:
+        return (bad_leaf, bad)
     return None
