@@ -18,7 +18,7 @@ import numpy as np
 from gymnasium import spaces as gs
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
-from fastvec.bench import fmt_time, median_time, print_table
+from fastvec.bench import fmt_time, print_table
 from fastvec.spaces import Layout, flatten, flatten_sample, unflatten, unflatten_sample
 
 
@@ -91,6 +91,31 @@ def numpy_unflatten(layout: Layout, flat: np.ndarray):
     return layout.join(leaves)
 
 
+def interleaved_medians(cases: dict, rounds: int) -> tuple[dict, dict]:
+    """Median seconds per call of each ``(fn, number)`` case, timing every case once per round.
+
+    Interleaving keeps a drifting machine load from skewing the ratios. Returns wall-clock
+    medians and medians of this thread's CPU time: on a loaded machine the wall time also
+    counts the time slices other processes ran in, the CPU time does not.
+    """
+    import statistics
+    import time
+
+    wall = {name: [] for name in cases}
+    cpu = {name: [] for name in cases}
+    for fn, _ in cases.values():
+        fn()
+    for _ in range(rounds):
+        for name, (fn, number) in cases.items():
+            w0, c0 = time.perf_counter(), time.thread_time()
+            for _ in range(number):
+                fn()
+            cpu[name].append((time.thread_time() - c0) / number)
+            wall[name].append((time.perf_counter() - w0) / number)
+    return ({k: statistics.median(v) for k, v in wall.items()},
+            {k: statistics.median(v) for k, v in cpu.items()})
+
+
 def _ratio(ref: float, t: float) -> str:
     return f"{ref / t:.1f}×"
 
@@ -105,6 +130,7 @@ def run(quick: bool = False) -> None:
     flat32 = flat64.astype(np.float32)
     out32 = np.empty((n, layout.flat_dim), np.float32)
     out64 = np.empty((n, layout.flat_dim), np.float64)
+    out64b = np.empty((n, layout.flat_dim), np.float64)
     bspace = batch_space(space, n)
     bflat = gs.flatten(bspace, batch)
 
@@ -115,70 +141,70 @@ def run(quick: bool = False) -> None:
     for leaf, ours, ref in zip(layout.leaves, layout.split(back), layout.split(batch)):
         assert ours.dtype == leaf.dtype and np.array_equal(ours, ref), leaf.path
 
-    def per_sample(fn, number=1):
-        return median_time(fn, repeats=repeats, number=number) / n
+    t, c = interleaved_medians({
+        "gym_loop": (lambda: [gs.flatten(space, s) for s in samples], 1),
+        "gym_batch": (lambda: gs.flatten(bspace, batch), 2),
+        "np_flat": (lambda: numpy_flatten(layout, batch, out64b), 5),
+        "fv_flat64": (lambda: flatten(layout, batch, out=out64), 20),
+        "fv_flat64_new": (lambda: flatten(layout, batch), 20),
+        "fv_flat32": (lambda: flatten(layout, batch, out=out32), 20),
+        "gym_uloop": (lambda: [gs.unflatten(space, r) for r in flat64], 1),
+        "gym_ubatch": (lambda: gs.unflatten(bspace, bflat), 2),
+        "np_unflat": (lambda: numpy_unflatten(layout, flat32), 5),
+        "fv_unflat32": (lambda: unflatten(layout, flat32), 20),
+        "fv_unflat64": (lambda: unflatten(layout, flat64), 20),
+    }, rounds=repeats)
+    # case -> (label, its gymnasium reference, its NumPy reference or None)
+    cases = {
+        "gym_loop": ("gymnasium flatten, per sample (float64)", "gym_loop", None),
+        "gym_batch": ("gymnasium flatten of batch_space (leaf-major layout)", "gym_loop", None),
+        "np_flat": ("NumPy on batched leaves (float64, out=)", "gym_loop", "np_flat"),
+        "fv_flat64": ("fastvec flatten (float64, out=)", "gym_loop", "np_flat"),
+        "fv_flat64_new": ("fastvec flatten (float64, new array each call)", "gym_loop",
+                          "np_flat"),
+        "fv_flat32": ("fastvec flatten (float32, out=)", "gym_loop", "np_flat"),
+        "gym_uloop": ("gymnasium unflatten, per sample", "gym_uloop", None),
+        "gym_ubatch": ("gymnasium unflatten of batch_space", "gym_uloop", None),
+        "np_unflat": ("NumPy unflatten on batch (float32 flat)", "gym_uloop", "np_unflat"),
+        "fv_unflat32": ("fastvec unflatten (float32 flat)", "gym_uloop", "np_unflat"),
+        "fv_unflat64": ("fastvec unflatten (float64 flat)", "gym_uloop", "np_unflat"),
+    }
 
-    gym_loop = per_sample(lambda: [gs.flatten(space, s) for s in samples])
-    gym_uloop = per_sample(lambda: [gs.unflatten(space, r) for r in flat64])
-    gym_batch = per_sample(lambda: gs.flatten(bspace, batch))
-    gym_ubatch = per_sample(lambda: gs.unflatten(bspace, bflat))
-    np_flat = per_sample(lambda: numpy_flatten(layout, batch, out64), number=5)
-    np_unflat = per_sample(lambda: numpy_unflatten(layout, flat32), number=5)
-    fv_flat64 = per_sample(lambda: flatten(layout, batch, out=out64), number=20)
-    fv_flat64_new = per_sample(lambda: flatten(layout, batch), number=20)
-    fv_flat32 = per_sample(lambda: flatten(layout, batch, out=out32), number=20)
-    fv_unflat32 = per_sample(lambda: unflatten(layout, flat32), number=20)
-    fv_unflat64 = per_sample(lambda: unflatten(layout, flat64), number=20)
+    def vs(ref: str, key: str) -> str:
+        return f"{_ratio(t[ref], t[key])} ({_ratio(c[ref], c[key])})"
 
-    header = ["case", "µs / sample", "time per call", "vs gymnasium per sample",
-              "vs NumPy batched"]
-    rows = [
-        ["gymnasium flatten, per sample (float64)", f"{gym_loop * 1e6:.2f}",
-         fmt_time(gym_loop * n), "1.0×", ""],
-        ["gymnasium flatten of batch_space (leaf-major layout)", f"{gym_batch * 1e6:.3f}",
-         fmt_time(gym_batch * n), _ratio(gym_loop, gym_batch), ""],
-        ["NumPy on batched leaves (float64, out=)", f"{np_flat * 1e6:.3f}",
-         fmt_time(np_flat * n), _ratio(gym_loop, np_flat), "1.0×"],
-        ["fastvec flatten (float64, out=)", f"{fv_flat64 * 1e6:.3f}",
-         fmt_time(fv_flat64 * n), _ratio(gym_loop, fv_flat64), _ratio(np_flat, fv_flat64)],
-        ["fastvec flatten (float64, new array each call)", f"{fv_flat64_new * 1e6:.3f}",
-         fmt_time(fv_flat64_new * n), _ratio(gym_loop, fv_flat64_new),
-         _ratio(np_flat, fv_flat64_new)],
-        ["fastvec flatten (float32, out=)", f"{fv_flat32 * 1e6:.3f}",
-         fmt_time(fv_flat32 * n), _ratio(gym_loop, fv_flat32), _ratio(np_flat, fv_flat32)],
-        ["gymnasium unflatten, per sample", f"{gym_uloop * 1e6:.2f}", fmt_time(gym_uloop * n),
-         "1.0×", ""],
-        ["gymnasium unflatten of batch_space", f"{gym_ubatch * 1e6:.3f}",
-         fmt_time(gym_ubatch * n), _ratio(gym_uloop, gym_ubatch), ""],
-        ["NumPy unflatten on batch (float32 flat)", f"{np_unflat * 1e6:.3f}",
-         fmt_time(np_unflat * n), _ratio(gym_uloop, np_unflat), "1.0×"],
-        ["fastvec unflatten (float32 flat)", f"{fv_unflat32 * 1e6:.3f}",
-         fmt_time(fv_unflat32 * n), _ratio(gym_uloop, fv_unflat32),
-         _ratio(np_unflat, fv_unflat32)],
-        ["fastvec unflatten (float64 flat)", f"{fv_unflat64 * 1e6:.3f}",
-         fmt_time(fv_unflat64 * n), _ratio(gym_uloop, fv_unflat64), ""],
-    ]
+    rows = [[label, f"{t[key] / n * 1e6:.3f}", f"{c[key] / n * 1e6:.3f}", vs(gym, key),
+             "" if np_ref is None else vs(np_ref, key)]
+            for key, (label, gym, np_ref) in cases.items()]
     print_table(f"Flatten a nested Dict of {layout.flat_dim} values ({len(layout)} leaves), "
-                f"batch of {n} (medians)", header, rows)
+                f"batch of {n} (medians, interleaved; ratios wall (CPU))",
+                ["case", "µs / sample, wall", "µs / sample, CPU", "vs gymnasium per sample",
+                 "vs NumPy batched"], rows)
 
-    # One sample at a time (a per-env wrapper, or an env's own step).
+    # One sample at a time (a per-env wrapper, or an env's own step), and a small batch.
     s, row = samples[0], flat64[0]
     assert np.array_equal(flatten_sample(layout, s), row)
-    number = 200 if quick else 1000
-    g1 = median_time(lambda: gs.flatten(space, s), repeats=repeats, number=number)
-    f1 = median_time(lambda: flatten_sample(layout, s), repeats=repeats, number=number)
-    gu1 = median_time(lambda: gs.unflatten(space, row), repeats=repeats, number=number)
-    fu1 = median_time(lambda: unflatten_sample(layout, row), repeats=repeats, number=number)
     small, small_batch = make_batch(space, 8, seed=1)
-    g8 = median_time(lambda: [gs.flatten(space, x) for x in small], repeats=repeats,
-                     number=number // 8)
-    f8 = median_time(lambda: flatten(layout, small_batch), repeats=repeats, number=number)
-    print_table("One sample, and a batch of 8 (per call, medians)",
-                ["case", "gymnasium", "fastvec", "speed-up"],
-                [["flatten one sample", fmt_time(g1), fmt_time(f1), _ratio(g1, f1)],
-                 ["unflatten one sample", fmt_time(gu1), fmt_time(fu1), _ratio(gu1, fu1)],
-                 ["flatten a batch of 8 (gymnasium: 8 calls)", fmt_time(g8), fmt_time(f8),
-                  _ratio(g8, f8)]])
+    number = 100 if quick else 500
+    t, c = interleaved_medians({
+        "g1": (lambda: gs.flatten(space, s), number),
+        "f1": (lambda: flatten_sample(layout, s), number),
+        "gu1": (lambda: gs.unflatten(space, row), number),
+        "fu1": (lambda: unflatten_sample(layout, row), number),
+        "g8": (lambda: [gs.flatten(space, x) for x in small], number // 8),
+        "f8": (lambda: flatten(layout, small_batch), number),
+    }, rounds=repeats)
+
+    def pair(g: str, f: str) -> list:
+        return [fmt_time(t[g]), fmt_time(t[f]), _ratio(t[g], t[f]),
+                f"{fmt_time(c[g])} / {fmt_time(c[f])}", _ratio(c[g], c[f])]
+
+    print_table("One sample, and a batch of 8 (per call, medians, interleaved)",
+                ["case", "gymnasium", "fastvec", "speed-up", "CPU: gymnasium / fastvec",
+                 "speed-up (CPU)"],
+                [["flatten one sample"] + pair("g1", "f1"),
+                 ["unflatten one sample"] + pair("gu1", "fu1"),
+                 ["flatten a batch of 8 (gymnasium: 8 calls)"] + pair("g8", "f8")])
 
 
 if __name__ == "__main__":
