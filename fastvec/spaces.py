@@ -387,7 +387,8 @@ class _LeafStep:
 class _Plan:
     """All leaves' steps for one direction and one flat dtype, cached in the Layout."""
 
-    __slots__ = ("steps", "kplans", "python", "kernel", "coerce_batch", "run")
+    __slots__ = ("steps", "kplans", "python", "kernel", "coerce_batch", "run", "alloc",
+                 "scalars")
 
     def __init__(self, layout: "Layout", dtype: np.dtype, direction: str):
         from fastvec._ext import _flatten
@@ -400,6 +401,9 @@ class _Plan:
                 precast = _precasts(leaf.dtype, chain, dtype)
             self.steps.append(_LeafStep(leaf, off, precast, dtype, direction))
         self.kplans = [s.kplan for s in self.steps]
+        # Unflatten: each leaf's sample shape and dtype; the Discrete leaves (NumPy scalars).
+        self.alloc = [(s.leaf.shape, s.leaf.dtype) for s in self.steps]
+        self.scalars = [i for i, s in enumerate(self.steps) if s.leaf.kind == "discrete"]
         # Leaves the NumPy fallback writes (no kernel for their dtype or for the flat dtype).
         self.python = [i for i, s in enumerate(self.steps) if s.kplan.kind == _PYTHON]
         self.kernel = len(self.python) < len(self.steps)
@@ -666,19 +670,23 @@ def _flat_input(layout: Layout, flat, single: bool) -> np.ndarray:
 
 
 def _unflatten_from(layout: Layout, flat2: np.ndarray, single: bool) -> list:
-    """The leaves of ``flat2[B, flat_dim]`` (C-contiguous), in layout order."""
+    """The leaves of ``flat2[B, flat_dim]`` (C-contiguous), in layout order; for ``single``
+    (B = 1) the leaves of the one sample, Discrete ones as NumPy scalars (as gymnasium)."""
     plan = layout._plans.get((flat2.dtype, "out")) or _plan(layout, flat2.dtype, "out")
     n = flat2.shape[0]
-    results = [np.empty((n,) + step.leaf.shape, step.leaf.dtype) for step in plan.steps]
+    if single:
+        results = [np.empty(shape, dtype) for shape, dtype in plan.alloc]
+    else:
+        results = [np.empty((n,) + shape, dtype) for shape, dtype in plan.alloc]
     bad = None
     if plan.kernel:
-        bad = plan.run(plan.kplans, flat2, results)
+        bad = plan.run(plan.kplans, flat2, results, single)
     for i in plan.python:
         if bad is not None:
             break
         step = plan.steps[i]
         res = results[i]
-        dst = res.reshape(n, step.width) if step.flat2d else res
+        dst = res.reshape(n, step.width) if step.flat2d else res.reshape(n)
         row = step.np_fn(flat2, *step.np_args, dst)
         if row >= 0:
             bad = (i, row)
@@ -690,7 +698,8 @@ def _unflatten_from(layout: Layout, flat2: np.ndarray, single: bool) -> list:
             f"leaf {step.path_str()} ({step.leaf.space}): the flat values{where} are not a "
             "one-hot encoding (a segment has no nonzero), so they cannot be unflattened")
     if single:
-        return [r[0] for r in results]
+        for i in plan.scalars:
+            results[i] = results[i][()]
     return results
 
 

@@ -506,11 +506,11 @@ def flatten_into(list plans, list values, floating[:, ::1] out, object coerce, b
     return None
 
 
-def unflatten_into(list plans, const floating[:, ::1] flat, list outs):
+def unflatten_into(list plans, const floating[:, ::1] flat, list outs, bint single=False):
     """Write every leaf's values from ``flat[B, F]`` into the arrays ``outs``.
 
     ``outs[i]`` must be a C-contiguous array of ``plans[i]``'s dtype and shape ``[B, *shape]``
-    (the front end allocates them). Leaves of kind 4 are skipped. Returns None, or
+    (``shape`` when ``single``, B = 1; the front end allocates them). Leaves of kind 4 are skipped. Returns None, or
     ``(leaf index, row)`` of a one-hot segment without a nonzero.
     """
     cdef Py_ssize_t i, bad, total = 0, rows = flat.shape[0], stride = flat.shape[1]
@@ -537,7 +537,7 @@ def unflatten_into(list plans, const floating[:, ::1] flat, list outs):
             p = <LeafPlan> plans[i]
             if p.spec.kind == PYTHON:
                 continue
-            if not p.accepts(outs[i], rows, False) or not cnp.PyArray_ISWRITEABLE(outs[i]):
+            if not p.accepts(outs[i], rows, single) or not cnp.PyArray_ISWRITEABLE(outs[i]):
                 raise ValueError(f"leaf array {i} is not a writable C-contiguous array "
                                  f"of shape ({rows}, *{p.shape})")
             specs[i] = &p.spec
