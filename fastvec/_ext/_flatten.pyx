@@ -16,9 +16,11 @@ leaf it checks the array in C (exact ndarray, element type, C-contiguous, aligne
 byte order, shape); an array that does not pass is handed to the front end's ``coerce``
 callback (which casts, copies, or raises a clear error) and checked again. The kernels
 then read the leaf through its data pointer: acquiring a typed memoryview per leaf costs
-~0.4 µs, more than the copy itself for one sample of a small leaf. Inside ``nogil``
-nothing is allocated and no Python object is touched; the GIL is released only when the
-leaf is large enough for that to pay.
+~0.4 µs, more than the copy itself for one sample of a small leaf. The kernels then run
+block of rows by block of rows (``BLOCK_BYTES`` of the flat buffer), every leaf per block,
+so the rows being filled stay in cache while all leaves write their columns. Inside
+``nogil`` nothing is allocated and no Python object is touched; the GIL is released only
+when the call is large enough for that to pay.
 """
 cimport numpy as cnp
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
