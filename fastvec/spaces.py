@@ -296,6 +296,13 @@ def _np_multi_onehot_out(flat, off, seg, nvec, start, dst):
     return -1
 
 
+_NUMPY_KERNELS = {
+    ("copy", "in"): _np_copy_in, ("onehot", "in"): _np_onehot_in,
+    ("multi_onehot", "in"): _np_multi_onehot_in, ("copy", "out"): _np_copy_out,
+    ("onehot", "out"): _np_onehot_out, ("multi_onehot", "out"): _np_multi_onehot_out,
+}
+
+
 def _u64(value) -> int:
     """An integer's two's-complement bits as an unsigned 64-bit value."""
     return int(value) % (1 << 64)
@@ -339,7 +346,7 @@ class _LeafStep:
             name = "copy"
         if flat_dtype not in _KERNEL_FLOATS:
             self.kplan = LeafPlan(_PYTHON, dtype, leaf.shape, offset, leaf.flat_size)
-        self.np_fn = globals()[f"_np_{name}_{direction}"]
+        self.np_fn = _NUMPY_KERNELS[name, direction]
         self.flat2d = kind != "discrete"
         self.width = leaf.size
 
