@@ -469,3 +469,22 @@ def test_layout_pickles_after_use():
     clone = pickle.loads(pickle.dumps(layout))
     assert [leaf.path for leaf in clone.leaves] == [leaf.path for leaf in layout.leaves]
     _assert_same(flatten(clone, batch), ref)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_unflatten_non_one_hot_values_like_gymnasium(dtype):
+    # Beyond round trips: several nonzeros in a Discrete segment (gymnasium takes the first),
+    # NaN / -0.0 / fractions into bool and integer Boxes (NumPy's casts), float16 leaves.
+    space = gs.Tuple((gs.Discrete(4, start=2), gs.Box(0, 1, (4,), np.bool_),
+                      gs.Box(-100, 100, (3,), np.int16), gs.Box(-1, 1, (2,), np.float16),
+                      gs.Discrete(3, dtype=np.uint8)))
+    layout = Layout(space)
+    rows = np.array([
+        [0, 0.5, 1, 0, 0.5, np.nan, -0.0, 0, 3.7, -2.5, 99, 0.1, -1e-5, 0, 0, 2],
+        [1, 1, 1, 1, 0, 1, 0, 2, -0.9, 0.9, -100, 1e-3, 3, 1, -1, 0],
+        [0, 0, 0, -3, 1, 1, 1, 1, 0, 0, 0, 0.333, 0.25, 5, 0, 0],
+    ], dtype=dtype)
+    refs = [gunflatten(space, r) for r in rows]
+    _assert_batch_matches(space, unflatten(layout, rows), refs)
+    for r, ref in zip(rows, refs):
+        _assert_tree_same(space, unflatten_sample(layout, r), ref)
