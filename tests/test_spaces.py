@@ -488,3 +488,30 @@ def test_unflatten_non_one_hot_values_like_gymnasium(dtype):
     _assert_batch_matches(space, unflatten(layout, rows), refs)
     for r, ref in zip(rows, refs):
         _assert_tree_same(space, unflatten_sample(layout, r), ref)
+
+
+def test_large_batches_cross_row_blocks():
+    # The kernels work in blocks of rows (32 KiB of the flat buffer); 1000 rows of 150 values
+    # span many blocks with a remainder, in both float types.
+    from fastvec._bench.flatten import make_batch, make_space
+
+    space = make_space()
+    layout = Layout(space)
+    samples, batch = make_batch(space, 1000, seed=7)
+    ref = np.stack([gflatten(space, s) for s in samples])
+    _assert_same(flatten(layout, batch), ref)
+    for dtype in (np.float32, np.float64):
+        flat = flatten(layout, batch, dtype=dtype)
+        _assert_same(flat, ref.astype(dtype))
+        back = unflatten(layout, flat)
+        for leaf, ours, orig in zip(layout.leaves, layout.split(back), layout.split(batch)):
+            _assert_same(ours, orig)
+        bad = flat.copy()
+        off = layout.flat_offsets[[leaf.path for leaf in layout.leaves].index(("mode",))]
+        bad[997, off:off + 4] = 0
+        with pytest.raises(ValueError, match="leaf mode .*batch index 997 "):
+            unflatten(layout, bad)
+    wrong = dict(batch, mode=batch["mode"].copy())
+    wrong["mode"][998] = 0  # Discrete(4, start=1)
+    with pytest.raises(ValueError, match="leaf mode .*value 0 at batch index 998 "):
+        flatten(layout, wrong, dtype=np.float32)
