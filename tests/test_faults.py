@@ -191,8 +191,9 @@ def _run_script(body: str, timeout: float = 30.0) -> subprocess.Popen:
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(fastvec.__file__)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([package_root, os.path.join(ROOT, "tests")]))
     script = textwrap.dedent(body)
+    # cwd: the tests folder, so that the source tree cannot shadow the package under test.
     return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+                            text=True, env=env, cwd=os.path.join(ROOT, "tests"))
 
 
 def _alive(pid: int) -> bool:

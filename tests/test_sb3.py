@@ -7,6 +7,7 @@ fastvec's own backends are added to ``BACKENDS`` in one line each (see the comme
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import warnings
@@ -474,7 +475,8 @@ def test_observations_are_not_aliased_when_backend_does_not_copy(mode: Autoreset
 def test_importing_fastvec_does_not_import_sb3() -> None:
     code = ("import sys, fastvec, fastvec.integrations; "
             "assert 'stable_baselines3' not in sys.modules, 'SB3 imported'")
-    subprocess.run([sys.executable, "-c", code], check=True)
+    # From the tests folder, so that the source tree cannot shadow the installed package.
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(os.path.abspath(__file__)))
     import fastvec.integrations
 
     assert fastvec.integrations.to_sb3 is to_sb3 and fastvec.integrations.SB3VecEnv is SB3VecEnv

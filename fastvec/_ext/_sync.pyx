@@ -306,3 +306,44 @@ def copy_bytes(const uint8_t[::1] src not None, uint8_t[::1] dst not None):  # d
         return
     with nogil:
         _copy_bytes(src, dst)
+
+
+cimport numpy as cnp
+
+cnp.import_array()
+
+
+def stack_rows(list rows not None, cnp.ndarray out not None):  # out: OUT
+    """Copy ``rows[i]`` into ``out[i]`` for arrays that already have ``out``'s row shape and dtype.
+
+    The worker's fast path for writing observations into the shared buffer: one
+    memcpy per row, no temporary. Returns False, having written nothing, when any
+    row is not a C-contiguous ndarray of exactly that dtype and shape (a Python
+    scalar, another dtype, ...); the caller then falls back to ``np.stack``,
+    which casts the way Gymnasium's ``concatenate`` does.
+    """
+    cdef Py_ssize_t n = len(rows), i, k
+    cdef Py_ssize_t row_bytes
+    cdef int ndim = cnp.PyArray_NDIM(out) - 1
+    cdef cnp.npy_intp *shape = cnp.PyArray_DIMS(out)
+    cdef cnp.ndarray row
+    cdef char *dst = <char *>cnp.PyArray_DATA(out)
+    if cnp.PyArray_DIMS(out)[0] != n or not cnp.PyArray_IS_C_CONTIGUOUS(out) or ndim < 0:
+        raise ValueError(f"out must be C-contiguous with {n} rows, got shape {(<object>out).shape}")
+    row_bytes = cnp.PyArray_ITEMSIZE(out)
+    for k in range(ndim):
+        row_bytes *= shape[k + 1]
+    for i in range(n):
+        item = rows[i]
+        if type(item) is not cnp.ndarray:
+            return False
+        row = <cnp.ndarray>item
+        if (cnp.PyArray_NDIM(row) != ndim or not cnp.PyArray_IS_C_CONTIGUOUS(row)
+                or cnp.PyArray_TYPE(row) != cnp.PyArray_TYPE(out) or not cnp.PyArray_ISNOTSWAPPED(row)):
+            return False
+        for k in range(ndim):
+            if cnp.PyArray_DIMS(row)[k] != shape[k + 1]:
+                return False
+    for i in range(n):
+        memcpy(dst + i * row_bytes, cnp.PyArray_DATA(<cnp.ndarray>rows[i]), row_bytes)
+    return True

@@ -137,11 +137,14 @@ class _Worker:
             return Status.MESSAGE, (list(self.last_obs), events)
         try:
             if self.obs_layout.is_leaf:
-                np.stack(self.last_obs, axis=0, out=self.obs_slabs[0])
+                if not _sync.stack_rows(self.last_obs, self.obs_slabs[0]):
+                    np.stack(self.last_obs, axis=0, out=self.obs_slabs[0])
             else:
                 per_leaf = zip(*(self.obs_layout.split(obs) for obs in self.last_obs))
                 for slab, values in zip(self.obs_slabs, per_leaf):
-                    np.stack(values, axis=0, out=slab)
+                    values = list(values)
+                    if not _sync.stack_rows(values, slab):
+                        np.stack(values, axis=0, out=slab)
         except Exception as exc:
             self._explain_bad_observation(exc)
             raise

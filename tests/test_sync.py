@@ -1,0 +1,107 @@
+"""The Cython flag/copy primitives of fastvec/_ext/_sync.pyx against plain NumPy / Python."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fastvec._ext import _sync
+
+DTYPES = [np.float32, np.float64, np.uint8, np.int64, np.bool_, np.int8]
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(0, 9), shape=st.lists(st.integers(0, 4), max_size=3), dtype=st.sampled_from(DTYPES),
+       seed=st.integers(0, 2**32 - 1))
+def test_stack_rows_equals_np_stack(n, shape, dtype, seed):
+    rng = np.random.default_rng(seed)
+    rows = [rng.integers(0, 2, size=shape).astype(dtype) for _ in range(n)]
+    out = np.full((n, *shape), 7, dtype=dtype)
+    assert _sync.stack_rows(rows, out)
+    if n:
+        np.testing.assert_array_equal(out, np.stack(rows))
+
+
+@pytest.mark.parametrize("rows", [
+    [np.zeros(3, np.float64)],               # another dtype: np.stack casts, we decline
+    [np.zeros(4, np.float32)],               # another shape
+    [np.zeros(6, np.float32)[::2]],          # not contiguous
+    [np.zeros(3, ">f4")],                    # byte-swapped
+    [1.5],                                   # not an array
+    [np.float32(1.0)],                       # a NumPy scalar
+])
+def test_stack_rows_declines_and_writes_nothing(rows):
+    out = np.full((1, 3), 9, np.float32)
+    assert not _sync.stack_rows(rows, out)
+    assert (out == 9).all()
+
+
+def test_copy_bytes():
+    src = np.arange(100, dtype=np.uint8)
+    dst = np.zeros(100, np.uint8)
+    _sync.copy_bytes(src, dst)
+    np.testing.assert_array_equal(src, dst)
+    with pytest.raises(ValueError, match="bytes"):
+        _sync.copy_bytes(src, np.zeros(99, np.uint8))
+
+
+def test_command_handshake_across_threads():
+    """A worker thread waits for commands and finishes them; the parent waits for all / any."""
+    workers = 3
+    ctrl = np.zeros((workers + 1, 16), np.uint32)
+    done_commands = []
+
+    def worker(w):
+        seq = 0
+        while True:
+            got = _sync.wait_command(ctrl, w, seq, 1e-5, 1.0)
+            if got is None:
+                continue
+            seq, command = got
+            done_commands.append((w, command))
+            _sync.finish_command(ctrl, w, seq, 0)
+            if command == 99:
+                return
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(workers)]
+    for t in threads:
+        t.start()
+    active = np.ones(workers, np.uint8)
+    for command in (5, 6, 7):
+        for w in range(workers):
+            _sync.send_command(ctrl, w, command)
+        assert _sync.wait_all_done(ctrl, active, 1e-5, 5.0) == -1
+    _sync.send_command(ctrl, 1, 8)
+    only_1 = np.array([0, 1, 0], np.uint8)
+    assert _sync.wait_any_done(ctrl, only_1, 0, 1e-5, 5.0) == 1
+    for w in range(workers):
+        _sync.wait_all_done(ctrl, active, 1e-5, 5.0)
+        _sync.send_command(ctrl, w, 99)
+    for t in threads:
+        t.join(5)
+    assert sorted(c for w, c in done_commands if w == 0) == [5, 6, 7, 99]
+    assert sorted(c for w, c in done_commands if w == 1) == [5, 6, 7, 8, 99]
+
+
+def test_send_command_refuses_a_busy_worker():
+    ctrl = np.zeros((2, 16), np.uint32)
+    _sync.send_command(ctrl, 0, 1)
+    with pytest.raises(RuntimeError, match="busy"):
+        _sync.send_command(ctrl, 0, 1)
+    with pytest.raises(IndexError):
+        _sync.send_command(ctrl, 1, 1)
+
+
+def test_waits_time_out():
+    ctrl = np.zeros((2, 16), np.uint32)
+    ctrl[0, 0] = 1  # a command the (absent) worker never finishes
+    start = time.perf_counter()
+    assert _sync.wait_all_done(ctrl, np.ones(1, np.uint8), 1e-5, 0.05) == 0
+    assert _sync.wait_any_done(ctrl, np.ones(1, np.uint8), 0, 1e-5, 0.05) == -1
+    assert _sync.wait_command(ctrl, 0, 1, 1e-5, 0.05) is None
+    assert time.perf_counter() - start < 2.0
+
