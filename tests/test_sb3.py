@@ -475,8 +475,13 @@ def test_observations_are_not_aliased_when_backend_does_not_copy(mode: Autoreset
 def test_importing_fastvec_does_not_import_sb3() -> None:
     code = ("import sys, fastvec, fastvec.integrations; "
             "assert 'stable_baselines3' not in sys.modules, 'SB3 imported'")
-    # From the tests folder, so that the source tree cannot shadow the installed package.
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(os.path.abspath(__file__)))
+    # The fastvec under test (installed or built in place), run from the tests folder so that a
+    # source tree without compiled extensions cannot shadow it.
+    import fastvec as package
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(package.__file__)))
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(os.path.abspath(__file__)),
+                   env=dict(os.environ, PYTHONPATH=root))
     import fastvec.integrations
 
     assert fastvec.integrations.to_sb3 is to_sb3 and fastvec.integrations.SB3VecEnv is SB3VecEnv
