@@ -1,0 +1,857 @@
+# Batched classic-control dynamics (CartPole, MountainCar, MountainCarContinuous,
+# Acrobot, Pendulum), bit-identical to Gymnasium's Python envs.
+#
+# One file for the five envs: they share the batch state (a struct of raw
+# pointers into NumPy buffers owned by ``ClassicBatch``), the PCG64 stream used
+# for resets, the autoreset logic and the thread split; each env only adds one
+# ``_<env>_step`` / ``_<env>_reset`` pair of ``noexcept nogil`` functions. Splitting
+# into one .pyx per env would duplicate all of that shared machinery.
+#
+# Exactness rules (see docs/native.md): every operation mirrors the float64
+# (or, where Gymnasium's NumPy scalars are float32, the float32) operation that
+# Gymnasium performs, in the same order. ``x ** 2`` in Gymnasium calls libm
+# ``pow`` (which is not always equal to ``x * x``), so we call ``pow`` through
+# an opaque exponent to stop the compiler from folding it into a multiply.
+# Floating-point contraction into FMA is switched off for this file.
+from cython.parallel cimport prange
+from libc.math cimport cos, sin, fmod, copysign
+from libc.stdint cimport uint64_t, int64_t, int32_t, uint8_t
+
+import numpy as np
+cimport numpy as cnp
+
+from fastvec._ext._types cimport f32, f64, i64, i32, u8
+
+cnp.import_array()
+
+cdef extern from *:
+    """
+    #if defined(__clang__)
+    #pragma clang fp contract(off)
+    #elif defined(__GNUC__)
+    #pragma GCC optimize ("fp-contract=off")
+    #endif
+    #include <math.h>
+    #include <stdint.h>
+    typedef unsigned __int128 fv_u128;
+
+    /* numpy's PCG64 (XSL-RR 128/64): advance the LCG, then output. s = {state_lo, state_hi, inc_lo, inc_hi}. */
+    static inline uint64_t fv_pcg64_next(uint64_t *s) {
+        const fv_u128 mult = (((fv_u128)0x2360ED051FC65DA4ULL) << 64) | (fv_u128)0x4385DF649FCCF645ULL;
+        fv_u128 st = (((fv_u128)s[1]) << 64) | (fv_u128)s[0];
+        fv_u128 inc = (((fv_u128)s[3]) << 64) | (fv_u128)s[2];
+        st = st * mult + inc;
+        s[0] = (uint64_t)st;
+        s[1] = (uint64_t)(st >> 64);
+        uint64_t x = s[1] ^ s[0];
+        unsigned rot = (unsigned)(s[1] >> 58);
+        return (x >> rot) | (x << ((64u - rot) & 63u));
+    }
+    /* numpy's next_double: 53 random bits in [0, 1). */
+    static inline double fv_next_double(uint64_t *s) {
+        return (double)(fv_pcg64_next(s) >> 11) * (1.0 / 9007199254740992.0);
+    }
+    /* x ** 2 as CPython / NumPy scalars compute it: libm pow, not x * x. */
+    static double fv_pow2(double x) { volatile double two = 2.0; return pow(x, two); }
+    static float fv_powf2(float x) { volatile float two = 2.0f; return powf(x, two); }
+    /* float32 rounding that the compiler cannot skip. */
+    static inline double fv_f32(double x) { volatile float y = (float)x; return (double)y; }
+
+    /* Fast (exact=False) CartPole over structure-of-arrays state, written in C
+       only to mark the buffers `restrict` so that the compiler vectorises the
+       loop (Cython cannot spell `restrict`). sin/cos are Taylor polynomials,
+       valid for |theta| <= pi/4 (the caller checks; CartPole ends at 0.21 rad). */
+    static double fv_max_abs(const double *restrict x, int64_t n) {
+        double m = 0.0;
+        for (int64_t i = 0; i < n; i++) { double a = x[i] < 0 ? -x[i] : x[i]; m = a > m ? a : m; }
+        return m;
+    }
+    static void fv_cartpole_fast(int64_t lo, int64_t hi, const double *prm, int sutton, int64_t max_steps,
+            double *restrict X, double *restrict XD, double *restrict TH, double *restrict THD,
+            const int64_t *restrict act, float *restrict obs, double *restrict rew,
+            uint8_t *restrict term, uint8_t *restrict trunc, int64_t *restrict steps,
+            uint8_t *restrict needs_reset, uint8_t *restrict reset_flag) {
+        const double g = prm[0], mp = prm[1], tm = prm[2], ln = prm[3], pml = prm[4];
+        const double fm = prm[5], tau = prm[6], thr = prm[7], xthr = prm[8];
+        const double rew_live = sutton ? 0.0 : 1.0, rew_dead = sutton ? -1.0 : 1.0;
+        for (int64_t i = lo; i < hi; i++) {
+            double x = X[i], xd = XD[i], th = TH[i], thd = THD[i];
+            double force = act[i] == 1 ? fm : -fm;
+            double r2 = th * th;
+            double st = th * (1.0 + r2 * (-1.0 / 6.0 + r2 * (1.0 / 120.0 + r2 * (-1.0 / 5040.0 + r2 * (
+                1.0 / 362880.0 + r2 * (-1.0 / 39916800.0 + r2 * (1.0 / 6227020800.0 + r2 * (-1.0 / 1307674368000.0))))))));
+            double ct = 1.0 + r2 * (-0.5 + r2 * (1.0 / 24.0 + r2 * (-1.0 / 720.0 + r2 * (
+                1.0 / 40320.0 + r2 * (-1.0 / 3628800.0 + r2 * (1.0 / 479001600.0 + r2 * (-1.0 / 87178291200.0 + r2 * (1.0 / 20922789888000.0))))))));
+            double temp = (force + pml * (thd * thd) * st) / tm;
+            double thacc = (g * st - ct * temp) / (ln * (4.0 / 3.0 - mp * (ct * ct) / tm));
+            double xacc = temp - pml * thacc * ct / tm;
+            x = x + tau * xd;
+            xd = xd + tau * xacc;
+            th = th + tau * thd;
+            thd = thd + tau * thacc;
+            X[i] = x; XD[i] = xd; TH[i] = th; THD[i] = thd;
+            obs[4 * i] = (float)x; obs[4 * i + 1] = (float)xd; obs[4 * i + 2] = (float)th; obs[4 * i + 3] = (float)thd;
+            int t = (x < -xthr) | (x > xthr) | (th < -thr) | (th > thr);
+            int64_t s = steps[i] + 1;
+            int tr = s >= max_steps;
+            steps[i] = s;
+            term[i] = (uint8_t)t;
+            trunc[i] = (uint8_t)tr;
+            rew[i] = t ? rew_dead : rew_live;
+            reset_flag[i] = 0;
+            needs_reset[i] = (uint8_t)(t | tr);
+        }
+    }
+    """
+    uint64_t fv_pcg64_next(uint64_t *s) noexcept nogil
+    double fv_next_double(uint64_t *s) noexcept nogil
+    double fv_pow2(double x) noexcept nogil
+    float fv_powf2(float x) noexcept nogil
+    double fv_f32(double x) noexcept nogil
+    double fv_max_abs(const f64 *x, i64 n) noexcept nogil
+    void fv_cartpole_fast(i64 lo, i64 hi, const f64 *prm, int sutton, i64 max_steps,
+                          f64 *X, f64 *XD, f64 *TH, f64 *THD, const i64 *act, f32 *obs, f64 *rew,
+                          u8 *term, u8 *trunc, i64 *steps, u8 *needs_reset, u8 *reset_flag) noexcept nogil
+
+# Env kinds (also the index used by fastvec.envs).
+DEF CARTPOLE = 0
+DEF MOUNTAINCAR = 1
+DEF MOUNTAINCAR_CONT = 2
+DEF ACROBOT = 3
+DEF PENDULUM = 4
+
+ENV_KINDS = {"cartpole": CARTPOLE, "mountaincar": MOUNTAINCAR,
+             "mountaincar_continuous": MOUNTAINCAR_CONT, "acrobot": ACROBOT,
+             "pendulum": PENDULUM}
+
+# Autoreset modes.
+DEF NEXT_STEP = 0
+DEF SAME_STEP = 1
+DEF DISABLED = 2
+
+DEF PI = 3.141592653589793
+
+cdef struct Ctx:
+    int kind
+    int mode
+    int fast
+    i64 n
+    i64 max_steps
+    f64 *state        # OUT [4, n] structure of arrays (component k of env i at k * n + i)
+    u8 *kindf32       # OUT [n] MountainCarContinuous: 1 when the state holds float32 NumPy scalars
+    i64 *steps        # OUT [n] elapsed steps (TimeLimit)
+    u8 *needs_reset   # OUT [n] NEXT_STEP/DISABLED: episode ended on the previous step
+    uint64_t *rng     # OUT [n, 4] PCG64 state (lo, hi) and increment (lo, hi)
+    f32 *obs          # OUT [n, obs_dim]
+    f64 *rew          # OUT [n]
+    u8 *term          # OUT [n]
+    u8 *trunc         # OUT [n]
+    f32 *final_obs    # OUT [n, obs_dim] SAME_STEP: observation before the reset
+    u8 *reset_flag    # OUT [n] 1 where this call reset the env
+    f64 *last_u       # OUT [n] Pendulum: clipped torque (for rendering)
+    i64 *scratch      # [n] fast mode: indices of envs to reset
+    int obs_dim
+    # actions (one of them is set)
+    const i64 *act_i
+    const f32 *act_f
+    const f64 *act_d
+    # reset bounds for the next reset, per drawn component
+    f64 lo[4]
+    f64 hi[4]
+    # env parameters (meaning per kind, see the Python side)
+    f64 p[24]
+    int flag0
+
+
+# ---------------------------------------------------------------------------
+# Resets (draw from env i's PCG64 stream exactly as np_random.uniform does)
+# ---------------------------------------------------------------------------
+
+cdef inline void _reset_one(Ctx *c, i64 i) noexcept nogil:
+    cdef i64 n = c.n
+    cdef uint64_t *s = c.rng + 4 * i
+    cdef f64 *st = c.state
+    cdef f32 *o = c.obs + c.obs_dim * i
+    cdef int k
+    cdef f64 u
+    if c.kind == CARTPOLE:
+        for k in range(4):
+            u = fv_next_double(s)
+            st[k * n + i] = c.lo[k] + (c.hi[k] - c.lo[k]) * u
+            o[k] = <f32>st[k * n + i]
+    elif c.kind == ACROBOT:
+        for k in range(4):
+            u = fv_next_double(s)
+            st[k * n + i] = <f64>(<f32>(c.lo[k] + (c.hi[k] - c.lo[k]) * u))
+        # Gymnasium computes cos/sin of the float32 reset state with NumPy's
+        # float32 ufuncs; the Python side overwrites columns 0-3 for the envs
+        # flagged in reset_flag (see ClassicBatch._fix_acrobot).
+        o[0] = <f32>cos(st[i])
+        o[1] = <f32>sin(st[i])
+        o[2] = <f32>cos(st[n + i])
+        o[3] = <f32>sin(st[n + i])
+        o[4] = <f32>st[2 * n + i]
+        o[5] = <f32>st[3 * n + i]
+    elif c.kind == MOUNTAINCAR or c.kind == MOUNTAINCAR_CONT:
+        u = fv_next_double(s)
+        st[i] = c.lo[0] + (c.hi[0] - c.lo[0]) * u
+        st[n + i] = 0.0
+        c.kindf32[i] = 0
+        o[0] = <f32>st[i]
+        o[1] = 0.0
+    else:  # PENDULUM
+        for k in range(2):
+            u = fv_next_double(s)
+            st[k * n + i] = c.lo[k] + (c.hi[k] - c.lo[k]) * u
+        o[0] = <f32>cos(st[i])
+        o[1] = <f32>sin(st[i])
+        o[2] = <f32>st[n + i]
+    c.steps[i] = 0
+    c.needs_reset[i] = 0
+    c.reset_flag[i] = 1
+
+
+# ---------------------------------------------------------------------------
+# Dynamics, one env, exact. Each writes obs, rew, term (trunc is done by the caller).
+# ---------------------------------------------------------------------------
+
+cdef inline void _cartpole_exact(Ctx *c, i64 i) noexcept nogil:
+    # p: 0 gravity, 1 masspole, 2 total_mass, 3 length, 4 polemass_length,
+    #    5 force_mag, 6 tau, 7 theta_threshold, 8 x_threshold; flag0: sutton_barto_reward
+    cdef i64 n = c.n
+    cdef f64 *st = c.state
+    cdef f64 x = st[i], x_dot = st[n + i], theta = st[2 * n + i], theta_dot = st[3 * n + i]
+    cdef f64 force = c.p[5] if c.act_i[i] == 1 else -c.p[5]
+    cdef f64 costheta = cos(theta)
+    cdef f64 sintheta = sin(theta)
+    cdef f64 temp = (force + c.p[4] * (theta_dot * theta_dot) * sintheta) / c.p[2]
+    cdef f64 thetaacc = (c.p[0] * sintheta - costheta * temp) / (
+        c.p[3] * (4.0 / 3.0 - c.p[1] * (costheta * costheta) / c.p[2]))
+    cdef f64 xacc = temp - c.p[4] * thetaacc * costheta / c.p[2]
+    x = x + c.p[6] * x_dot
+    x_dot = x_dot + c.p[6] * xacc
+    theta = theta + c.p[6] * theta_dot
+    theta_dot = theta_dot + c.p[6] * thetaacc
+    st[i] = x
+    st[n + i] = x_dot
+    st[2 * n + i] = theta
+    st[3 * n + i] = theta_dot
+    cdef f32 *o = c.obs + 4 * i
+    o[0] = <f32>x
+    o[1] = <f32>x_dot
+    o[2] = <f32>theta
+    o[3] = <f32>theta_dot
+    cdef bint t = x < -c.p[8] or x > c.p[8] or theta < -c.p[7] or theta > c.p[7]
+    c.term[i] = t
+    if c.flag0:
+        c.rew[i] = -1.0 if t else 0.0
+    else:
+        c.rew[i] = 1.0
+
+
+cdef inline void _mountaincar_exact(Ctx *c, i64 i) noexcept nogil:
+    # p: 0 min_position, 1 max_position, 2 max_speed, 3 goal_position,
+    #    4 goal_velocity, 5 force, 6 gravity
+    cdef i64 n = c.n
+    cdef f64 *st = c.state
+    cdef f64 position = st[i], velocity = st[n + i]
+    velocity = velocity + (<f64>(c.act_i[i] - 1) * c.p[5] + cos(3.0 * position) * (-c.p[6]))
+    # np.clip(v, lo, hi)
+    if velocity < -c.p[2]:
+        velocity = -c.p[2]
+    if velocity > c.p[2]:
+        velocity = c.p[2]
+    position = position + velocity
+    if position < c.p[0]:
+        position = c.p[0]
+    if position > c.p[1]:
+        position = c.p[1]
+    if position == c.p[0] and velocity < 0:
+        velocity = 0.0
+    c.term[i] = position >= c.p[3] and velocity >= c.p[4]
+    c.rew[i] = -1.0
+    st[i] = position
+    st[n + i] = velocity
+    c.obs[2 * i] = <f32>position
+    c.obs[2 * i + 1] = <f32>velocity
+
+
+# Python/NumPy scalar kinds in Continuous_MountainCarEnv.step
+DEF K_F32 = 0   # numpy.float32
+DEF K_F64 = 1   # numpy.float64
+DEF K_PY = 2    # Python float (weak: adopts the other operand's precision)
+
+cdef inline void _mountaincar_cont_exact(Ctx *c, i64 i) noexcept nogil:
+    # p: 0 min_position, 1 max_position, 2 max_speed, 3 goal_position,
+    #    4 goal_velocity, 5 power, 6 min_action, 7 max_action
+    # Continuous_MountainCarEnv mixes NumPy float32/float64 scalars and Python
+    # floats; NumPy 2's promotion rules (NEP 50) decide each operation's
+    # precision, so we track each value's kind and round where NumPy rounds.
+    cdef i64 n = c.n
+    cdef f64 *st = c.state
+    cdef f64 position = st[i], velocity = st[n + i]
+    cdef int skind = K_F32 if c.kindf32[i] else K_F64
+    cdef f64 a
+    cdef int akind
+    if c.act_f != NULL:
+        a = <f64>c.act_f[i]
+        akind = K_F32
+    else:
+        a = c.act_d[i]
+        akind = K_F64
+    # force = min(max(action[0], min_action), max_action)
+    cdef f64 force = a
+    cdef int fkind = akind
+    if a < c.p[6]:
+        force = c.p[6]
+        fkind = K_PY
+    if force > c.p[7]:
+        force = c.p[7]
+        fkind = K_PY
+    # 0.0025 * math.cos(3 * position)
+    cdef f64 p3
+    if skind == K_F32:
+        p3 = <f64>(<f32>(<f32>3.0 * <f32>position))
+    else:
+        p3 = 3.0 * position
+    cdef f64 tcos = 0.0025 * cos(p3)
+    # y = force * power - tcos
+    cdef f64 y
+    cdef int ykind
+    cdef f32 y32
+    if fkind == K_F32:
+        y32 = <f32>force * <f32>c.p[5]
+        y32 = y32 - <f32>tcos
+        y = <f64>y32
+        ykind = K_F32
+    else:
+        y = force * c.p[5] - tcos
+        ykind = fkind
+    # velocity += y
+    cdef int vkind
+    if skind == K_F64:
+        velocity = velocity + y
+        vkind = K_F64
+    elif ykind == K_F64:
+        velocity = velocity + y
+        vkind = K_F64
+    else:  # float32 velocity plus a float32 or a (weak) Python float
+        velocity = <f64>(<f32>velocity + <f32>y)
+        vkind = K_F32
+    # clip the velocity (comparisons against Python floats run in the scalar's precision)
+    if (vkind == K_F32 and <f32>velocity > <f32>c.p[2]) or (vkind != K_F32 and velocity > c.p[2]):
+        velocity = c.p[2]
+        vkind = K_PY
+    if (vkind == K_F32 and <f32>velocity < <f32>(-c.p[2])) or (vkind != K_F32 and velocity < -c.p[2]):
+        velocity = -c.p[2]
+        vkind = K_PY
+    # position += velocity
+    cdef int pkind
+    if skind == K_F64 or vkind == K_F64:
+        position = position + velocity
+        pkind = K_F64
+    else:
+        position = <f64>(<f32>position + <f32>velocity)
+        pkind = K_F32
+    if (pkind == K_F32 and <f32>position > <f32>c.p[1]) or (pkind != K_F32 and position > c.p[1]):
+        position = c.p[1]
+        pkind = K_PY
+    if (pkind == K_F32 and <f32>position < <f32>c.p[0]) or (pkind != K_F32 and position < c.p[0]):
+        position = c.p[0]
+        pkind = K_PY
+    cdef bint at_min
+    if pkind == K_F32:
+        at_min = <f32>position == <f32>c.p[0]
+    else:
+        at_min = position == c.p[0]
+    if at_min and velocity < 0:
+        velocity = 0.0
+        vkind = K_PY
+    cdef bint t
+    if pkind == K_F32:
+        t = <f32>position >= <f32>c.p[3]
+    else:
+        t = position >= c.p[3]
+    if t:
+        if vkind == K_F32:
+            t = <f32>velocity >= <f32>c.p[4]
+        else:
+            t = velocity >= c.p[4]
+    c.term[i] = t
+    cdef f64 reward = 100.0 if t else 0.0
+    c.rew[i] = reward - fv_pow2(a) * 0.1
+    # self.state = np.array([position, velocity], dtype=np.float32)
+    st[i] = <f64>(<f32>position)
+    st[n + i] = <f64>(<f32>velocity)
+    c.kindf32[i] = 1
+    c.obs[2 * i] = <f32>position
+    c.obs[2 * i + 1] = <f32>velocity
+
+
+cdef inline void _acrobot_dsdt(const f64 *p, const f64 *y, f64 *dy) noexcept nogil:
+    # p: 0 m1*lc1**2, 1 m2, 2 l1**2 + lc2**2, 3 2*l1*lc2, 4 I1, 5 I2, 6 lc2**2,
+    #    7 l1*lc2, 8 m2*lc2*g, 9 pi/2.0, 10 -m2*l1*lc2, 11 2*m2*l1*lc2,
+    #    12 (m1*lc1 + m2*l1)*g, 13 m2*l1*lc2, 14 m2*lc2**2 + I2
+    cdef f64 theta1 = y[0], theta2 = y[1], dtheta1 = y[2], dtheta2 = y[3], a = y[4]
+    cdef f64 c2 = cos(theta2)
+    cdef f64 s2 = sin(theta2)
+    cdef f64 d1 = p[0] + p[1] * (p[2] + p[3] * c2) + p[4] + p[5]
+    cdef f64 d2 = p[1] * (p[6] + p[7] * c2) + p[5]
+    cdef f64 phi2 = p[8] * cos(theta1 + theta2 - p[9])
+    cdef f64 phi1 = (p[10] * fv_pow2(dtheta2) * s2 - p[11] * dtheta2 * dtheta1 * s2
+                     + p[12] * cos(theta1 - p[9]) + phi2)
+    cdef f64 ddtheta2 = (a + d2 / d1 * phi1 - p[13] * fv_pow2(dtheta1) * s2 - phi2) / (
+        p[14] - fv_pow2(d2) / d1)
+    cdef f64 ddtheta1 = -(d2 * ddtheta2 + phi1) / d1
+    dy[0] = dtheta1
+    dy[1] = dtheta2
+    dy[2] = ddtheta1
+    dy[3] = ddtheta2
+    dy[4] = 0.0
+
+
+cdef inline void _acrobot_exact(Ctx *c, i64 i) noexcept nogil:
+    # p: 0-14 see _acrobot_dsdt, 15 dt, 16 max_vel_1, 17 max_vel_2
+    cdef i64 n = c.n
+    cdef f64 *st = c.state
+    cdef f64 y0[5]
+    cdef f64 yt[5]
+    cdef f64 k1[5]
+    cdef f64 k2[5]
+    cdef f64 k3[5]
+    cdef f64 k4[5]
+    cdef int j
+    cdef i64 a = c.act_i[i]
+    for j in range(4):
+        y0[j] = st[j * n + i]
+    y0[4] = -1.0 if a == 0 else (0.0 if a == 1 else 1.0)
+    cdef f64 dt = c.p[15]
+    cdef f64 dt2 = dt / 2.0
+    _acrobot_dsdt(c.p, y0, k1)
+    for j in range(5):
+        yt[j] = y0[j] + dt2 * k1[j]
+    _acrobot_dsdt(c.p, yt, k2)
+    for j in range(5):
+        yt[j] = y0[j] + dt2 * k2[j]
+    _acrobot_dsdt(c.p, yt, k3)
+    for j in range(5):
+        yt[j] = y0[j] + dt * k3[j]
+    _acrobot_dsdt(c.p, yt, k4)
+    cdef f64 dt6 = dt / 6.0
+    cdef f64 ns[4]
+    for j in range(4):
+        ns[j] = y0[j] + dt6 * (k1[j] + 2.0 * k2[j] + 2.0 * k3[j] + k4[j])
+    for j in range(2):  # wrap(x, -pi, pi)
+        while ns[j] > PI:
+            ns[j] = ns[j] - 2.0 * PI
+        while ns[j] < -PI:
+            ns[j] = ns[j] + 2.0 * PI
+    # bound(x, -M, M) = min(max(x, -M), M)
+    if -c.p[16] > ns[2]:
+        ns[2] = -c.p[16]
+    if c.p[16] < ns[2]:
+        ns[2] = c.p[16]
+    if -c.p[17] > ns[3]:
+        ns[3] = -c.p[17]
+    if c.p[17] < ns[3]:
+        ns[3] = c.p[17]
+    for j in range(4):
+        st[j * n + i] = ns[j]
+    cdef bint t = -cos(ns[0]) - cos(ns[1] + ns[0]) > 1.0
+    c.term[i] = t
+    c.rew[i] = 0.0 if t else -1.0
+    cdef f32 *o = c.obs + 6 * i
+    o[0] = <f32>cos(ns[0])
+    o[1] = <f32>sin(ns[0])
+    o[2] = <f32>cos(ns[1])
+    o[3] = <f32>sin(ns[1])
+    o[4] = <f32>ns[2]
+    o[5] = <f32>ns[3]
+
+
+cdef inline f64 _angle_normalize(f64 x) noexcept nogil:
+    # ((x + np.pi) % (2 * np.pi)) - np.pi with NumPy's float64 remainder
+    cdef f64 b = 2.0 * PI
+    cdef f64 a = x + PI
+    cdef f64 m = fmod(a, b)
+    if m != 0.0:
+        if (b < 0) != (m < 0):
+            m = m + b
+    else:
+        m = copysign(0.0, b)
+    return m - PI
+
+
+cdef inline void _pendulum_exact(Ctx *c, i64 i) noexcept nogil:
+    # p: 0 3*g/(2*l), 1 3.0/(m*l**2), 2 dt, 3 max_speed, 4 max_torque
+    cdef i64 n = c.n
+    cdef f64 *st = c.state
+    cdef f64 th = st[i], thdot = st[n + i]
+    cdef f64 u, costs, b, newthdot, newth
+    cdef f32 u32
+    if c.act_f != NULL:
+        u32 = c.act_f[i]
+        if u32 < <f32>(-c.p[4]):
+            u32 = <f32>(-c.p[4])
+        if u32 > <f32>c.p[4]:
+            u32 = <f32>c.p[4]
+        u = <f64>u32
+        b = <f64>(<f32>(<f32>0.001 * fv_powf2(u32)))
+        costs = fv_pow2(_angle_normalize(th)) + 0.1 * fv_pow2(thdot) + b
+        b = <f64>(<f32>c.p[1] * u32)
+    else:
+        u = c.act_d[i]
+        if u < -c.p[4]:
+            u = -c.p[4]
+        if u > c.p[4]:
+            u = c.p[4]
+        costs = fv_pow2(_angle_normalize(th)) + 0.1 * fv_pow2(thdot) + 0.001 * fv_pow2(u)
+        b = c.p[1] * u
+    c.last_u[i] = u
+    newthdot = thdot + (c.p[0] * sin(th) + b) * c.p[2]
+    if newthdot < -c.p[3]:
+        newthdot = -c.p[3]
+    if newthdot > c.p[3]:
+        newthdot = c.p[3]
+    newth = th + newthdot * c.p[2]
+    st[i] = newth
+    st[n + i] = newthdot
+    c.term[i] = 0
+    c.rew[i] = -costs
+    cdef f32 *o = c.obs + 3 * i
+    o[0] = <f32>cos(newth)
+    o[1] = <f32>sin(newth)
+    o[2] = <f32>newthdot
+
+
+cdef inline void _step_one(Ctx *c, i64 i) noexcept nogil:
+    if c.kind == CARTPOLE:
+        _cartpole_exact(c, i)
+    elif c.kind == MOUNTAINCAR:
+        _mountaincar_exact(c, i)
+    elif c.kind == MOUNTAINCAR_CONT:
+        _mountaincar_cont_exact(c, i)
+    elif c.kind == ACROBOT:
+        _acrobot_exact(c, i)
+    else:
+        _pendulum_exact(c, i)
+
+
+cdef i64 _step_range(Ctx *c, i64 start, i64 end) noexcept nogil:
+    """Step envs [start, end) with autoreset; returns how many were reset."""
+    if c.fast and c.kind == CARTPOLE:
+        return _cartpole_fast_range(c, start, end)
+    return _exact_range(c, start, end)
+
+
+cdef i64 _exact_range(Ctx *c, i64 start, i64 end) noexcept nogil:
+    cdef i64 i, nreset = 0
+    cdef int d = c.obs_dim, k
+    cdef bint done
+    for i in range(start, end):
+        c.reset_flag[i] = 0
+        if c.mode == NEXT_STEP and c.needs_reset[i]:
+            _reset_one(c, i)
+            c.rew[i] = 0.0
+            c.term[i] = 0
+            c.trunc[i] = 0
+            nreset += 1
+            continue
+        _step_one(c, i)
+        c.steps[i] += 1
+        c.trunc[i] = c.steps[i] >= c.max_steps
+        done = c.term[i] or c.trunc[i]
+        if c.mode == SAME_STEP:
+            if done:
+                for k in range(d):
+                    c.final_obs[d * i + k] = c.obs[d * i + k]
+                _reset_one(c, i)
+                nreset += 1
+        else:
+            c.needs_reset[i] = done
+    return nreset
+
+
+# ---------------------------------------------------------------------------
+# Fast mode (exact=False): CartPole with polynomial sin/cos over the
+# structure-of-arrays state (vectorised C loop above). Not bit-identical.
+# ---------------------------------------------------------------------------
+
+cdef i64 _cartpole_fast_range(Ctx *c, i64 start, i64 end) noexcept nogil:
+    cdef i64 n = c.n, i, j, nidx = 0
+    cdef i64 *idx = c.scratch
+    cdef int d = 4, k
+    # the polynomials hold for |theta| <= pi/4; otherwise take the exact path
+    if fv_max_abs(c.state + 2 * n + start, end - start) > 0.78:
+        return _exact_range(c, start, end)
+    if c.mode == NEXT_STEP:
+        for i in range(start, end):
+            if c.needs_reset[i]:
+                idx[start + nidx] = i
+                nidx += 1
+    fv_cartpole_fast(start, end, c.p, c.flag0, c.max_steps, c.state, c.state + n,
+                     c.state + 2 * n, c.state + 3 * n, c.act_i, c.obs, c.rew, c.term,
+                     c.trunc, c.steps, c.needs_reset, c.reset_flag)
+    if c.mode == NEXT_STEP:
+        for j in range(nidx):
+            i = idx[start + j]
+            _reset_one(c, i)
+            c.rew[i] = 0.0
+            c.term[i] = 0
+            c.trunc[i] = 0
+        return nidx
+    if c.mode == SAME_STEP:
+        for i in range(start, end):
+            if c.needs_reset[i]:
+                for k in range(d):
+                    c.final_obs[d * i + k] = c.obs[d * i + k]
+                _reset_one(c, i)
+                nidx += 1
+        return nidx
+    return 0
+
+
+cdef i64 _check_actions(Ctx *c) noexcept nogil:
+    """Index of the first invalid action (or env stepped while done in DISABLED mode), else -1."""
+    cdef i64 i, n = c.n
+    cdef i64 hi
+    if c.act_i != NULL:
+        hi = 2 if c.kind == CARTPOLE else 3
+        for i in range(n):
+            if c.act_i[i] < 0 or c.act_i[i] >= hi:
+                return i
+    elif c.act_f != NULL:
+        for i in range(n):
+            if c.act_f[i] != c.act_f[i]:
+                return i
+    else:
+        for i in range(n):
+            if c.act_d[i] != c.act_d[i]:
+                return i
+    if c.mode == DISABLED:
+        for i in range(n):
+            if c.needs_reset[i]:
+                return n + i
+    return -1
+
+
+cdef class ClassicBatch:
+    """State, buffers and kernels of N copies of one classic-control env.
+
+    Internal: ``fastvec.NativeVectorEnv`` is the public front end. All arrays
+    are allocated once; ``step`` writes into them.
+    """
+
+    cdef Ctx c
+    cdef public int kind, mode, num_threads, obs_dim, discrete
+    cdef public i64 num_envs
+    cdef public object state, kindf32, steps, needs_reset, rng, obs, rew, term, trunc
+    cdef public object final_obs, reset_flag, last_u, scratch, params
+    cdef object _act_ref
+    cdef public i64 parallel_threshold
+
+    def __init__(self, int kind, i64 num_envs, int obs_dim, int mode, params, int flag0,
+                 i64 max_steps, bint fast, int num_threads, i64 parallel_threshold):
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        self.kind = kind
+        self.num_envs = num_envs
+        self.obs_dim = obs_dim
+        self.mode = mode
+        self.num_threads = max(1, num_threads)
+        self.parallel_threshold = parallel_threshold
+        self.discrete = kind in (CARTPOLE, MOUNTAINCAR, ACROBOT)
+        cdef Ctx *c = &self.c
+        n = num_envs
+        self.state = np.zeros((4, n), dtype=np.float64)
+        self.kindf32 = np.zeros(n, dtype=np.uint8)
+        self.steps = np.zeros(n, dtype=np.int64)
+        self.needs_reset = np.zeros(n, dtype=np.uint8)
+        self.rng = np.zeros((n, 4), dtype=np.uint64)
+        self.obs = np.zeros((n, obs_dim), dtype=np.float32)
+        self.rew = np.zeros(n, dtype=np.float64)
+        self.term = np.zeros(n, dtype=np.bool_)
+        self.trunc = np.zeros(n, dtype=np.bool_)
+        self.final_obs = np.zeros((n, obs_dim), dtype=np.float32)
+        self.reset_flag = np.zeros(n, dtype=np.uint8)
+        self.last_u = np.full(n, np.nan, dtype=np.float64)
+        self.scratch = np.zeros(n, dtype=np.int64)
+        self.params = np.zeros(24, dtype=np.float64)
+        self.params[:len(params)] = params
+        c.kind = kind
+        c.mode = mode
+        c.fast = fast
+        c.n = n
+        c.max_steps = max_steps
+        c.obs_dim = obs_dim
+        c.flag0 = flag0
+        c.state = <f64*>cnp.PyArray_DATA(<cnp.ndarray>self.state)
+        c.kindf32 = <u8*>cnp.PyArray_DATA(<cnp.ndarray>self.kindf32)
+        c.steps = <i64*>cnp.PyArray_DATA(<cnp.ndarray>self.steps)
+        c.needs_reset = <u8*>cnp.PyArray_DATA(<cnp.ndarray>self.needs_reset)
+        c.rng = <uint64_t*>cnp.PyArray_DATA(<cnp.ndarray>self.rng)
+        c.obs = <f32*>cnp.PyArray_DATA(<cnp.ndarray>self.obs)
+        c.rew = <f64*>cnp.PyArray_DATA(<cnp.ndarray>self.rew)
+        c.term = <u8*>cnp.PyArray_DATA(<cnp.ndarray>self.term)
+        c.trunc = <u8*>cnp.PyArray_DATA(<cnp.ndarray>self.trunc)
+        c.final_obs = <f32*>cnp.PyArray_DATA(<cnp.ndarray>self.final_obs)
+        c.reset_flag = <u8*>cnp.PyArray_DATA(<cnp.ndarray>self.reset_flag)
+        c.last_u = <f64*>cnp.PyArray_DATA(<cnp.ndarray>self.last_u)
+        c.scratch = <i64*>cnp.PyArray_DATA(<cnp.ndarray>self.scratch)
+        cdef int k
+        for k in range(24):
+            c.p[k] = self.params[k]
+        c.act_i = NULL
+        c.act_f = NULL
+        c.act_d = NULL
+
+    def set_reset_bounds(self, lo, hi):
+        """Bounds of the uniform draws of the next resets (one pair per drawn component)."""
+        cdef int k
+        for k in range(4):
+            self.c.lo[k] = lo[k]
+            self.c.hi[k] = hi[k]
+
+    def get_reset_bounds(self):
+        return [self.c.lo[k] for k in range(4)], [self.c.hi[k] for k in range(4)]
+
+    cpdef int set_num_threads(self, int num_threads):
+        self.num_threads = max(1, num_threads)
+        return self.num_threads
+
+    cdef inline int _bind_actions(self, actions) except -1:
+        """Point the kernel at a validated action buffer (fast path: the exact dtype and shape)."""
+        cdef cnp.ndarray a
+        cdef i64 n = self.num_envs
+        self.c.act_i = NULL
+        self.c.act_f = NULL
+        self.c.act_d = NULL
+        if type(actions) is np.ndarray:
+            a = <cnp.ndarray>actions
+            if cnp.PyArray_IS_C_CONTIGUOUS(a):
+                if self.discrete:
+                    if (cnp.PyArray_TYPE(a) == cnp.NPY_INT64 and cnp.PyArray_NDIM(a) == 1
+                            and cnp.PyArray_DIMS(a)[0] == n):
+                        self._act_ref = a
+                        self.c.act_i = <const i64*>cnp.PyArray_DATA(a)
+                        return 0
+                elif cnp.PyArray_NDIM(a) == 2 and cnp.PyArray_DIMS(a)[0] == n and cnp.PyArray_DIMS(a)[1] == 1:
+                    if cnp.PyArray_TYPE(a) == cnp.NPY_FLOAT32:
+                        self._act_ref = a
+                        self.c.act_f = <const f32*>cnp.PyArray_DATA(a)
+                        return 0
+                    if cnp.PyArray_TYPE(a) == cnp.NPY_FLOAT64:
+                        self._act_ref = a
+                        self.c.act_d = <const f64*>cnp.PyArray_DATA(a)
+                        return 0
+        a = self._coerce_actions(actions)
+        self._act_ref = a
+        if self.discrete:
+            self.c.act_i = <const i64*>cnp.PyArray_DATA(a)
+        elif cnp.PyArray_TYPE(a) == cnp.NPY_FLOAT32:
+            self.c.act_f = <const f32*>cnp.PyArray_DATA(a)
+        else:
+            self.c.act_d = <const f64*>cnp.PyArray_DATA(a)
+        return 0
+
+    def _coerce_actions(self, actions):
+        """Slow path: convert or reject actions that are not already the native dtype/shape."""
+        n = self.num_envs
+        arr = np.asarray(actions)
+        if self.discrete:
+            expected = f"an integer array of shape ({n},)"
+            if arr.dtype == np.bool_ or not (np.issubdtype(arr.dtype, np.integer)):
+                raise TypeError(f"actions must be {expected}; got dtype {arr.dtype} and shape {arr.shape}")
+            if arr.shape != (n,):
+                raise ValueError(f"actions must be {expected}; got shape {arr.shape}")
+            if arr.dtype.kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max:
+                raise ValueError(f"actions out of range: {arr.max()}")
+            return np.ascontiguousarray(arr, dtype=np.int64)
+        expected = f"a float array of shape ({n}, 1)"
+        if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)) or arr.dtype == np.bool_:
+            raise TypeError(f"actions must be {expected}; got dtype {arr.dtype} and shape {arr.shape}")
+        if arr.shape != (n, 1):
+            raise ValueError(f"actions must be {expected}; got shape {arr.shape}")
+        if arr.dtype == np.float32:
+            return np.ascontiguousarray(arr)
+        return np.ascontiguousarray(arr, dtype=np.float64)
+
+    cdef i64 _run(self) noexcept:
+        cdef Ctx *c = &self.c
+        cdef i64 n = c.n
+        cdef int nt = self.num_threads
+        cdef i64 total = 0, chunk, nchunks, k, lo, hi
+        if nt <= 1 or n < self.parallel_threshold:
+            if n >= 512:
+                with nogil:
+                    total = _step_range(c, 0, n)
+            else:
+                total = _step_range(c, 0, n)
+            return total
+        nchunks = nt
+        chunk = (n + nchunks - 1) // nchunks
+        with nogil:
+            for k in prange(nchunks, num_threads=nt, schedule="static"):
+                lo = k * chunk
+                hi = lo + chunk
+                if hi > n:
+                    hi = n
+                if lo < hi:
+                    total += _step_range(c, lo, hi)
+        return total
+
+    def step(self, actions):
+        """Step every env in place; returns the number of envs that were reset by this call.
+
+        Raises ValueError for an invalid action (naming the env index) and, in
+        DISABLED mode, for stepping an env whose episode ended without a reset.
+        """
+        self._bind_actions(actions)
+        cdef i64 bad = _check_actions(&self.c)
+        if bad >= 0:
+            self._act_ref = None
+            self._raise_bad(actions, bad)
+        cdef i64 nreset = self._run()
+        self._act_ref = None
+        return nreset
+
+    def _raise_bad(self, actions, i64 bad):
+        n = self.num_envs
+        if bad >= n:
+            raise ValueError(
+                f"env {bad - n} was stepped after its episode ended (terminated or truncated) "
+                "with autoreset_mode=DISABLED; reset it first with "
+                "reset(options={'reset_mask': mask})")
+        arr = np.asarray(actions)
+        if self.discrete:
+            hi = 2 if self.kind == CARTPOLE else 3
+            raise ValueError(f"action {arr.reshape(-1)[bad]!r} of env {bad} is not in Discrete({hi}) "
+                             f"(expected an integer in [0, {hi - 1}])")
+        raise ValueError(f"action of env {bad} is NaN; expected a finite float")
+
+    def reset_envs(self, mask=None):
+        """Reset the envs where ``mask`` (uint8 [n]) is set, or all; draw from their PCG64 streams."""
+        cdef Ctx *c = &self.c
+        cdef i64 i, n = c.n
+        cdef const u8 *m = NULL
+        cdef cnp.ndarray marr
+        if mask is not None:
+            marr = np.ascontiguousarray(mask, dtype=np.uint8)
+            m = <const u8*>cnp.PyArray_DATA(marr)
+        with nogil:
+            for i in range(n):
+                c.reset_flag[i] = 0
+                if m == NULL or m[i]:
+                    _reset_one(c, i)
+                    c.term[i] = 0
+                    c.trunc[i] = 0
+
+
+def pcg64_next_doubles(uint64_t[::1] s, i64 k):
+    """Draw k doubles from a PCG64 state (4 uint64, modified in place); test helper."""
+    out = np.empty(k, dtype=np.float64)
+    cdef f64[::1] o = out
+    cdef i64 j
+    for j in range(k):
+        o[j] = fv_next_double(&s[0])
+    return out
