@@ -19,6 +19,7 @@ from libc.stdint cimport uint64_t, int64_t, int32_t, uint8_t
 
 import numpy as np
 cimport numpy as cnp
+from gymnasium.error import ResetNeeded
 
 from fastvec._ext._types cimport f32, f64, i64, i32, u8
 
@@ -26,9 +27,12 @@ cnp.import_array()
 
 cdef extern from *:
     """
+    /* No FMA contraction (it would change results). x86-64 without -march has
+       no FMA, and the pragma below also disables GCC's vectoriser, so it is
+       only used where contraction could happen. */
     #if defined(__clang__)
     #pragma clang fp contract(off)
-    #elif defined(__GNUC__)
+    #elif defined(__GNUC__) && (defined(__FMA__) || !(defined(__x86_64__) || defined(__i386__)))
     #pragma GCC optimize ("fp-contract=off")
     #endif
     #include <math.h>
@@ -61,22 +65,30 @@ cdef extern from *:
        only to mark the buffers `restrict` so that the compiler vectorises the
        loop (Cython cannot spell `restrict`). sin/cos are Taylor polynomials,
        valid for |theta| <= pi/4 (the caller checks; CartPole ends at 0.21 rad). */
-    static double fv_max_abs(const double *restrict x, int64_t n) {
-        double m = 0.0;
-        for (int64_t i = 0; i < n; i++) { double a = x[i] < 0 ? -x[i] : x[i]; m = a > m ? a : m; }
-        return m;
+    static int fv_any_beyond(const double *restrict x, int64_t lo, int64_t hi, double lim2) {
+        double acc = 0.0;  /* a count of 0/1, written so that it vectorises */
+        for (int64_t i = lo; i < hi; i++) { double v = x[i] * x[i]; acc += (v > lim2) ? 1.0 : 0.0; }
+        return acc > 0.0;
     }
-    static void fv_cartpole_fast(int64_t lo, int64_t hi, const double *prm, int sutton, int64_t max_steps,
+    static void fv_cartpole_fast(int64_t lo, int64_t hi, const double *prm, int sutton, int32_t max_steps,
             double *restrict X, double *restrict XD, double *restrict TH, double *restrict THD,
-            const int64_t *restrict act, float *restrict obs, double *restrict rew,
-            uint8_t *restrict term, uint8_t *restrict trunc, int64_t *restrict steps,
+            const int64_t *act64, float *restrict obs, double *restrict rew,
+            uint8_t *restrict term, uint8_t *restrict trunc, int32_t *restrict steps,
             uint8_t *restrict needs_reset, uint8_t *restrict reset_flag) {
         const double g = prm[0], mp = prm[1], tm = prm[2], ln = prm[3], pml = prm[4];
         const double fm = prm[5], tau = prm[6], thr = prm[7], xthr = prm[8];
         const double rew_live = sutton ? 0.0 : 1.0, rew_dead = sutton ? -1.0 : 1.0;
+        /* actions are validated 0/1: read the low 32 bits of each int64 (SSE2 has
+           no packed int64 compare or conversion; it has int32 ones) */
+    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        const int32_t *restrict act = (const int32_t *)act64 + 1;
+    #else
+        const int32_t *restrict act = (const int32_t *)act64;
+    #endif
+        /* dynamics: pure float64 arithmetic, vectorised */
         for (int64_t i = lo; i < hi; i++) {
             double x = X[i], xd = XD[i], th = TH[i], thd = THD[i];
-            double force = act[i] == 1 ? fm : -fm;
+            double force = fm * (double)(2 * act[2 * i] - 1);
             double r2 = th * th;
             double st = th * (1.0 + r2 * (-1.0 / 6.0 + r2 * (1.0 / 120.0 + r2 * (-1.0 / 5040.0 + r2 * (
                 1.0 / 362880.0 + r2 * (-1.0 / 39916800.0 + r2 * (1.0 / 6227020800.0 + r2 * (-1.0 / 1307674368000.0))))))));
@@ -91,8 +103,12 @@ cdef extern from *:
             thd = thd + tau * thacc;
             X[i] = x; XD[i] = xd; TH[i] = th; THD[i] = thd;
             obs[4 * i] = (float)x; obs[4 * i + 1] = (float)xd; obs[4 * i + 2] = (float)th; obs[4 * i + 3] = (float)thd;
+        }
+        /* flags (narrowing float64 masks to bytes does not vectorise on SSE2) */
+        for (int64_t i = lo; i < hi; i++) {
+            double x = X[i], th = TH[i];
             int t = (x < -xthr) | (x > xthr) | (th < -thr) | (th > thr);
-            int64_t s = steps[i] + 1;
+            int32_t s = steps[i] + 1;
             int tr = s >= max_steps;
             steps[i] = s;
             term[i] = (uint8_t)t;
@@ -108,10 +124,10 @@ cdef extern from *:
     double fv_pow2(double x) noexcept nogil
     float fv_powf2(float x) noexcept nogil
     double fv_f32(double x) noexcept nogil
-    double fv_max_abs(const f64 *x, i64 n) noexcept nogil
-    void fv_cartpole_fast(i64 lo, i64 hi, const f64 *prm, int sutton, i64 max_steps,
+    int fv_any_beyond(const f64 *x, i64 lo, i64 hi, f64 lim2) noexcept nogil
+    void fv_cartpole_fast(i64 lo, i64 hi, const f64 *prm, int sutton, i32 max_steps,
                           f64 *X, f64 *XD, f64 *TH, f64 *THD, const i64 *act, f32 *obs, f64 *rew,
-                          u8 *term, u8 *trunc, i64 *steps, u8 *needs_reset, u8 *reset_flag) noexcept nogil
+                          u8 *term, u8 *trunc, i32 *steps, u8 *needs_reset, u8 *reset_flag) noexcept nogil
 
 # Env kinds (also the index used by fastvec.envs).
 DEF CARTPOLE = 0
@@ -136,10 +152,10 @@ cdef struct Ctx:
     int mode
     int fast
     i64 n
-    i64 max_steps
+    i32 max_steps
     f64 *state        # OUT [4, n] structure of arrays (component k of env i at k * n + i)
     u8 *kindf32       # OUT [n] MountainCarContinuous: 1 when the state holds float32 NumPy scalars
-    i64 *steps        # OUT [n] elapsed steps (TimeLimit)
+    i32 *steps        # OUT [n] elapsed steps (TimeLimit)
     u8 *needs_reset   # OUT [n] NEXT_STEP/DISABLED: episode ended on the previous step
     uint64_t *rng     # OUT [n, 4] PCG64 state (lo, hi) and increment (lo, hi)
     f32 *obs          # OUT [n, obs_dim]
@@ -167,7 +183,7 @@ cdef struct Ctx:
 # Resets (draw from env i's PCG64 stream exactly as np_random.uniform does)
 # ---------------------------------------------------------------------------
 
-cdef inline void _reset_one(Ctx *c, i64 i) noexcept nogil:
+cdef void _reset_one(Ctx *c, i64 i) noexcept nogil:
     cdef i64 n = c.n
     cdef uint64_t *s = c.rng + 4 * i
     cdef f64 *st = c.state
@@ -544,10 +560,88 @@ cdef i64 _step_range(Ctx *c, i64 start, i64 end) noexcept nogil:
     return _exact_range(c, start, end)
 
 
+cdef i64 _cartpole_exact_range(Ctx *c, i64 start, i64 end) noexcept nogil:
+    """CartPoleEnv.step + TimeLimit + autoreset for envs [start, end); same maths as
+    _cartpole_exact, with everything in locals (stores to the uint8 flag arrays
+    would otherwise force the compiler to reload every field of *c)."""
+    cdef i64 n = c.n, i, nreset = 0
+    cdef f64 *X = c.state
+    cdef f64 *XD = c.state + n
+    cdef f64 *TH = c.state + 2 * n
+    cdef f64 *THD = c.state + 3 * n
+    cdef f64 gravity = c.p[0], masspole = c.p[1], total_mass = c.p[2], length = c.p[3]
+    cdef f64 pml = c.p[4], force_mag = c.p[5], tau = c.p[6], th_thr = c.p[7], x_thr = c.p[8]
+    cdef f64 rew_live = 0.0 if c.flag0 else 1.0
+    cdef f64 rew_dead = -1.0 if c.flag0 else 1.0
+    cdef const i64 *act = c.act_i
+    cdef f32 *obs = c.obs
+    cdef f32 *fobs = c.final_obs
+    cdef f64 *rew = c.rew
+    cdef u8 *term = c.term
+    cdef u8 *trunc = c.trunc
+    cdef u8 *nr = c.needs_reset
+    cdef u8 *rf = c.reset_flag
+    cdef i32 *steps = c.steps
+    cdef i32 maxs = c.max_steps, stp
+    cdef int mode = c.mode, k
+    cdef f64 x, x_dot, theta, theta_dot, force, costheta, sintheta, temp, thetaacc, xacc
+    cdef bint t, tr
+    for i in range(start, end):
+        rf[i] = 0
+        if mode == NEXT_STEP and nr[i]:
+            _reset_one(c, i)
+            rew[i] = 0.0
+            term[i] = 0
+            trunc[i] = 0
+            nreset += 1
+            continue
+        x = X[i]
+        x_dot = XD[i]
+        theta = TH[i]
+        theta_dot = THD[i]
+        force = force_mag if act[i] == 1 else -force_mag
+        costheta = cos(theta)
+        sintheta = sin(theta)
+        temp = (force + pml * (theta_dot * theta_dot) * sintheta) / total_mass
+        thetaacc = (gravity * sintheta - costheta * temp) / (
+            length * (4.0 / 3.0 - masspole * (costheta * costheta) / total_mass))
+        xacc = temp - pml * thetaacc * costheta / total_mass
+        x = x + tau * x_dot
+        x_dot = x_dot + tau * xacc
+        theta = theta + tau * theta_dot
+        theta_dot = theta_dot + tau * thetaacc
+        X[i] = x
+        XD[i] = x_dot
+        TH[i] = theta
+        THD[i] = theta_dot
+        obs[4 * i] = <f32>x
+        obs[4 * i + 1] = <f32>x_dot
+        obs[4 * i + 2] = <f32>theta
+        obs[4 * i + 3] = <f32>theta_dot
+        t = x < -x_thr or x > x_thr or theta < -th_thr or theta > th_thr
+        stp = steps[i] + 1
+        steps[i] = stp
+        tr = stp >= maxs
+        term[i] = t
+        trunc[i] = tr
+        rew[i] = rew_dead if t else rew_live
+        if mode == SAME_STEP:
+            if t or tr:
+                for k in range(4):
+                    fobs[4 * i + k] = obs[4 * i + k]
+                _reset_one(c, i)
+                nreset += 1
+        else:
+            nr[i] = t or tr
+    return nreset
+
+
 cdef i64 _exact_range(Ctx *c, i64 start, i64 end) noexcept nogil:
     cdef i64 i, nreset = 0
     cdef int d = c.obs_dim, k
     cdef bint done
+    if c.kind == CARTPOLE:
+        return _cartpole_exact_range(c, start, end)
     for i in range(start, end):
         c.reset_flag[i] = 0
         if c.mode == NEXT_STEP and c.needs_reset[i]:
@@ -581,8 +675,8 @@ cdef i64 _cartpole_fast_range(Ctx *c, i64 start, i64 end) noexcept nogil:
     cdef i64 n = c.n, i, j, nidx = 0
     cdef i64 *idx = c.scratch
     cdef int d = 4, k
-    # the polynomials hold for |theta| <= pi/4; otherwise take the exact path
-    if fv_max_abs(c.state + 2 * n + start, end - start) > 0.78:
+    # the polynomials hold for |theta| <= pi/4 (theta**2 <= 0.6 < (pi/4)**2); beyond, take the exact path
+    if fv_any_beyond(c.state + 2 * n, start, end, 0.6):
         return _exact_range(c, start, end)
     if c.mode == NEXT_STEP:
         for i in range(start, end):
@@ -636,48 +730,50 @@ cdef i64 _check_actions(Ctx *c) noexcept nogil:
 
 
 cdef class ClassicBatch:
-    """State, buffers and kernels of N copies of one classic-control env.
+    """State, buffers and step of N copies of one classic-control env.
 
-    Internal: ``fastvec.NativeVectorEnv`` is the public front end. All arrays
-    are allocated once; ``step`` writes into them.
+    The base of ``fastvec.NativeVectorEnv`` (which adds the Gymnasium API in
+    Python); ``step`` lives here so that a vector step is one C-level call. All
+    arrays are allocated once by ``_setup``; the kernels write into them.
     """
 
     cdef Ctx c
-    cdef public int kind, mode, num_threads, obs_dim, discrete
-    cdef public i64 num_envs
-    cdef public object state, kindf32, steps, needs_reset, rng, obs, rew, term, trunc
-    cdef public object final_obs, reset_flag, last_u, scratch, params
+    cdef public int _kind, _mode, _num_threads, _obs_dim, _discrete
+    cdef public bint copy, _was_reset, _post
+    cdef public object _state, _kindf32, _steps, _needs_reset, _rng, _obs, _rew, _term, _trunc
+    cdef public object _final_obs, _reset_flag, _last_u, _scratch, _params
     cdef object _act_ref
     cdef public i64 parallel_threshold
 
-    def __init__(self, int kind, i64 num_envs, int obs_dim, int mode, params, int flag0,
-                 i64 max_steps, bint fast, int num_threads, i64 parallel_threshold):
+    def _setup(self, int kind, i64 num_envs, int obs_dim, int mode, params, int flag0,
+               i32 max_steps, bint fast, int num_threads, i64 parallel_threshold):
+        """Allocate the buffers and point the kernel context at them."""
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        self.kind = kind
-        self.num_envs = num_envs
-        self.obs_dim = obs_dim
-        self.mode = mode
-        self.num_threads = max(1, num_threads)
-        self.parallel_threshold = parallel_threshold
-        self.discrete = kind in (CARTPOLE, MOUNTAINCAR, ACROBOT)
         cdef Ctx *c = &self.c
+        self._kind = kind
+        self._obs_dim = obs_dim
+        self._mode = mode
+        self._num_threads = max(1, num_threads)
+        self.parallel_threshold = parallel_threshold
+        self._discrete = kind in (CARTPOLE, MOUNTAINCAR, ACROBOT)
+        self._was_reset = False
         n = num_envs
-        self.state = np.zeros((4, n), dtype=np.float64)
-        self.kindf32 = np.zeros(n, dtype=np.uint8)
-        self.steps = np.zeros(n, dtype=np.int64)
-        self.needs_reset = np.zeros(n, dtype=np.uint8)
-        self.rng = np.zeros((n, 4), dtype=np.uint64)
-        self.obs = np.zeros((n, obs_dim), dtype=np.float32)
-        self.rew = np.zeros(n, dtype=np.float64)
-        self.term = np.zeros(n, dtype=np.bool_)
-        self.trunc = np.zeros(n, dtype=np.bool_)
-        self.final_obs = np.zeros((n, obs_dim), dtype=np.float32)
-        self.reset_flag = np.zeros(n, dtype=np.uint8)
-        self.last_u = np.full(n, np.nan, dtype=np.float64)
-        self.scratch = np.zeros(n, dtype=np.int64)
-        self.params = np.zeros(24, dtype=np.float64)
-        self.params[:len(params)] = params
+        self._state = np.zeros((4, n), dtype=np.float64)
+        self._kindf32 = np.zeros(n, dtype=np.uint8)
+        self._steps = np.zeros(n, dtype=np.int32)
+        self._needs_reset = np.zeros(n, dtype=np.uint8)
+        self._rng = np.zeros((n, 4), dtype=np.uint64)
+        self._obs = np.zeros((n, obs_dim), dtype=np.float32)
+        self._rew = np.zeros(n, dtype=np.float64)
+        self._term = np.zeros(n, dtype=np.bool_)
+        self._trunc = np.zeros(n, dtype=np.bool_)
+        self._final_obs = np.zeros((n, obs_dim), dtype=np.float32)
+        self._reset_flag = np.zeros(n, dtype=np.uint8)
+        self._last_u = np.full(n, np.nan, dtype=np.float64)
+        self._scratch = np.zeros(n, dtype=np.int64)
+        self._params = np.zeros(24, dtype=np.float64)
+        self._params[:len(params)] = params
         c.kind = kind
         c.mode = mode
         c.fast = fast
@@ -685,51 +781,47 @@ cdef class ClassicBatch:
         c.max_steps = max_steps
         c.obs_dim = obs_dim
         c.flag0 = flag0
-        c.state = <f64*>cnp.PyArray_DATA(<cnp.ndarray>self.state)
-        c.kindf32 = <u8*>cnp.PyArray_DATA(<cnp.ndarray>self.kindf32)
-        c.steps = <i64*>cnp.PyArray_DATA(<cnp.ndarray>self.steps)
-        c.needs_reset = <u8*>cnp.PyArray_DATA(<cnp.ndarray>self.needs_reset)
-        c.rng = <uint64_t*>cnp.PyArray_DATA(<cnp.ndarray>self.rng)
-        c.obs = <f32*>cnp.PyArray_DATA(<cnp.ndarray>self.obs)
-        c.rew = <f64*>cnp.PyArray_DATA(<cnp.ndarray>self.rew)
-        c.term = <u8*>cnp.PyArray_DATA(<cnp.ndarray>self.term)
-        c.trunc = <u8*>cnp.PyArray_DATA(<cnp.ndarray>self.trunc)
-        c.final_obs = <f32*>cnp.PyArray_DATA(<cnp.ndarray>self.final_obs)
-        c.reset_flag = <u8*>cnp.PyArray_DATA(<cnp.ndarray>self.reset_flag)
-        c.last_u = <f64*>cnp.PyArray_DATA(<cnp.ndarray>self.last_u)
-        c.scratch = <i64*>cnp.PyArray_DATA(<cnp.ndarray>self.scratch)
+        c.state = <f64*>cnp.PyArray_DATA(<cnp.ndarray>self._state)
+        c.kindf32 = <u8*>cnp.PyArray_DATA(<cnp.ndarray>self._kindf32)
+        c.steps = <i32*>cnp.PyArray_DATA(<cnp.ndarray>self._steps)
+        c.needs_reset = <u8*>cnp.PyArray_DATA(<cnp.ndarray>self._needs_reset)
+        c.rng = <uint64_t*>cnp.PyArray_DATA(<cnp.ndarray>self._rng)
+        c.obs = <f32*>cnp.PyArray_DATA(<cnp.ndarray>self._obs)
+        c.rew = <f64*>cnp.PyArray_DATA(<cnp.ndarray>self._rew)
+        c.term = <u8*>cnp.PyArray_DATA(<cnp.ndarray>self._term)
+        c.trunc = <u8*>cnp.PyArray_DATA(<cnp.ndarray>self._trunc)
+        c.final_obs = <f32*>cnp.PyArray_DATA(<cnp.ndarray>self._final_obs)
+        c.reset_flag = <u8*>cnp.PyArray_DATA(<cnp.ndarray>self._reset_flag)
+        c.last_u = <f64*>cnp.PyArray_DATA(<cnp.ndarray>self._last_u)
+        c.scratch = <i64*>cnp.PyArray_DATA(<cnp.ndarray>self._scratch)
         cdef int k
         for k in range(24):
-            c.p[k] = self.params[k]
+            c.p[k] = self._params[k]
         c.act_i = NULL
         c.act_f = NULL
         c.act_d = NULL
 
-    def set_reset_bounds(self, lo, hi):
+    def _set_reset_bounds(self, lo, hi):
         """Bounds of the uniform draws of the next resets (one pair per drawn component)."""
         cdef int k
         for k in range(4):
             self.c.lo[k] = lo[k]
             self.c.hi[k] = hi[k]
 
-    def get_reset_bounds(self):
-        return [self.c.lo[k] for k in range(4)], [self.c.hi[k] for k in range(4)]
+    def _set_num_threads(self, int num_threads):
+        self._num_threads = max(1, num_threads)
 
-    cpdef int set_num_threads(self, int num_threads):
-        self.num_threads = max(1, num_threads)
-        return self.num_threads
-
-    cdef inline int _bind_actions(self, actions) except -1:
-        """Point the kernel at a validated action buffer (fast path: the exact dtype and shape)."""
+    cdef int _bind_actions(self, actions) except -1:
+        """Point the kernel at the action buffer (fast path: already the native dtype and shape)."""
         cdef cnp.ndarray a
-        cdef i64 n = self.num_envs
+        cdef i64 n = self.c.n
         self.c.act_i = NULL
         self.c.act_f = NULL
         self.c.act_d = NULL
         if type(actions) is np.ndarray:
             a = <cnp.ndarray>actions
-            if cnp.PyArray_IS_C_CONTIGUOUS(a):
-                if self.discrete:
+            if cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_ISALIGNED(a):
+                if self._discrete:
                     if (cnp.PyArray_TYPE(a) == cnp.NPY_INT64 and cnp.PyArray_NDIM(a) == 1
                             and cnp.PyArray_DIMS(a)[0] == n):
                         self._act_ref = a
@@ -746,7 +838,7 @@ cdef class ClassicBatch:
                         return 0
         a = self._coerce_actions(actions)
         self._act_ref = a
-        if self.discrete:
+        if self._discrete:
             self.c.act_i = <const i64*>cnp.PyArray_DATA(a)
         elif cnp.PyArray_TYPE(a) == cnp.NPY_FLOAT32:
             self.c.act_f = <const f32*>cnp.PyArray_DATA(a)
@@ -756,11 +848,11 @@ cdef class ClassicBatch:
 
     def _coerce_actions(self, actions):
         """Slow path: convert or reject actions that are not already the native dtype/shape."""
-        n = self.num_envs
+        n = self.c.n
         arr = np.asarray(actions)
-        if self.discrete:
+        if self._discrete:
             expected = f"an integer array of shape ({n},)"
-            if arr.dtype == np.bool_ or not (np.issubdtype(arr.dtype, np.integer)):
+            if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
                 raise TypeError(f"actions must be {expected}; got dtype {arr.dtype} and shape {arr.shape}")
             if arr.shape != (n,):
                 raise ValueError(f"actions must be {expected}; got shape {arr.shape}")
@@ -768,7 +860,7 @@ cdef class ClassicBatch:
                 raise ValueError(f"actions out of range: {arr.max()}")
             return np.ascontiguousarray(arr, dtype=np.int64)
         expected = f"a float array of shape ({n}, 1)"
-        if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)) or arr.dtype == np.bool_:
+        if arr.dtype == np.bool_ or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
             raise TypeError(f"actions must be {expected}; got dtype {arr.dtype} and shape {arr.shape}")
         if arr.shape != (n, 1):
             raise ValueError(f"actions must be {expected}; got shape {arr.shape}")
@@ -779,19 +871,20 @@ cdef class ClassicBatch:
     cdef i64 _run(self) noexcept:
         cdef Ctx *c = &self.c
         cdef i64 n = c.n
-        cdef int nt = self.num_threads
-        cdef i64 total = 0, chunk, nchunks, k, lo, hi
+        cdef int nt = self._num_threads
+        cdef i64 total = 0, chunk, k, lo, hi
         if nt <= 1 or n < self.parallel_threshold:
-            if n >= 512:
+            if n >= 1024:
                 with nogil:
                     total = _step_range(c, 0, n)
             else:
                 total = _step_range(c, 0, n)
             return total
-        nchunks = nt
-        chunk = (n + nchunks - 1) // nchunks
+        # one contiguous chunk per thread; each env's result depends only on its
+        # own state, action and PCG64 stream, so the split never changes results
+        chunk = (n + nt - 1) // nt
         with nogil:
-            for k in prange(nchunks, num_threads=nt, schedule="static"):
+            for k in prange(nt, num_threads=nt, schedule="static"):
                 lo = k * chunk
                 hi = lo + chunk
                 if hi > n:
@@ -801,11 +894,14 @@ cdef class ClassicBatch:
         return total
 
     def step(self, actions):
-        """Step every env in place; returns the number of envs that were reset by this call.
+        """Step every env with ``actions``; returns ``(obs, rewards, terminated, truncated, infos)``.
 
-        Raises ValueError for an invalid action (naming the env index) and, in
-        DISABLED mode, for stepping an env whose episode ended without a reset.
+        Raises ValueError/TypeError for invalid actions (naming the env index)
+        and, in DISABLED mode, for stepping an env whose episode ended without
+        a reset; nothing is stepped then.
         """
+        if not self._was_reset:
+            raise ResetNeeded("Cannot call env.step() before calling env.reset()")
         self._bind_actions(actions)
         cdef i64 bad = _check_actions(&self.c)
         if bad >= 0:
@@ -813,24 +909,33 @@ cdef class ClassicBatch:
             self._raise_bad(actions, bad)
         cdef i64 nreset = self._run()
         self._act_ref = None
-        return nreset
+        if nreset and self._post:
+            infos = self._after_resets(True)
+        else:
+            infos = {}
+        if self.copy:
+            return (cnp.PyArray_NewCopy(<cnp.ndarray>self._obs, cnp.NPY_CORDER),
+                    cnp.PyArray_NewCopy(<cnp.ndarray>self._rew, cnp.NPY_CORDER),
+                    cnp.PyArray_NewCopy(<cnp.ndarray>self._term, cnp.NPY_CORDER),
+                    cnp.PyArray_NewCopy(<cnp.ndarray>self._trunc, cnp.NPY_CORDER), infos)
+        return self._obs, self._rew, self._term, self._trunc, infos
 
     def _raise_bad(self, actions, i64 bad):
-        n = self.num_envs
+        n = self.c.n
         if bad >= n:
             raise ValueError(
                 f"env {bad - n} was stepped after its episode ended (terminated or truncated) "
                 "with autoreset_mode=DISABLED; reset it first with "
                 "reset(options={'reset_mask': mask})")
         arr = np.asarray(actions)
-        if self.discrete:
-            hi = 2 if self.kind == CARTPOLE else 3
-            raise ValueError(f"action {arr.reshape(-1)[bad]!r} of env {bad} is not in Discrete({hi}) "
+        if self._discrete:
+            hi = 2 if self._kind == CARTPOLE else 3
+            raise ValueError(f"action {int(arr.reshape(-1)[bad])} of env {bad} is not in Discrete({hi}) "
                              f"(expected an integer in [0, {hi - 1}])")
-        raise ValueError(f"action of env {bad} is NaN; expected a finite float")
+        raise ValueError(f"action of env {bad} is NaN; expected a float")
 
-    def reset_envs(self, mask=None):
-        """Reset the envs where ``mask`` (uint8 [n]) is set, or all; draw from their PCG64 streams."""
+    def _reset_envs(self, mask=None):
+        """Reset the envs where ``mask`` (bool [n]) is set, or all; draw from their PCG64 streams."""
         cdef Ctx *c = &self.c
         cdef i64 i, n = c.n
         cdef const u8 *m = NULL

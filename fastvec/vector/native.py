@@ -21,7 +21,7 @@ _MODES = {AutoresetMode.NEXT_STEP: 0, AutoresetMode.SAME_STEP: 1, AutoresetMode.
 _THREAD_WORK_NS = 60_000.0
 
 
-class NativeVectorEnv(VectorEnv):
+class NativeVectorEnv(_classic.ClassicBatch, VectorEnv):
     """In-process batched CartPole/MountainCar/Acrobot/Pendulum, identical to Gymnasium.
 
     All ``num_envs`` states live in contiguous arrays and one ``nogil`` Cython
@@ -127,16 +127,13 @@ class NativeVectorEnv(VectorEnv):
         threshold = max(1, int(_THREAD_WORK_NS / spec.cost_ns))
         if not self.exact and spec.kind == "cartpole":
             threshold *= 4
-        self._core = _classic.ClassicBatch(
+        self._setup(
             _classic.ENV_KINDS[spec.kind], num_envs, spec.obs_dim, _MODES[self.autoreset_mode],
             params, flag0, self.max_episode_steps, not self.exact, int(num_threads), threshold)
         self._default_bounds = spec.reset_bounds(None)
-        self._core.set_reset_bounds(*self._default_bounds)
-        core = self._core
-        self._obs, self._rew, self._term, self._trunc = core.obs, core.rew, core.term, core.trunc
+        self._set_reset_bounds(*self._default_bounds)
         self._seeded = np.zeros(num_envs, dtype=bool)
         self._seeds: list[int | None] = [None] * num_envs
-        self._was_reset = False
         self._acrobot = spec.kind == "acrobot"
         self._same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
         self._post = self._acrobot or self._same_step
@@ -152,30 +149,21 @@ class NativeVectorEnv(VectorEnv):
     @property
     def num_threads(self) -> int:
         """Most threads a step may use (batches below the size threshold use one)."""
-        return self._core.num_threads
+        return self._num_threads
 
     @num_threads.setter
     def num_threads(self, value: int) -> None:
         if not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"num_threads must be a positive int, got {value!r}")
-        self._core.set_num_threads(int(value))
+        self._set_num_threads(int(value))
 
     @property
     def np_random_seed(self) -> tuple[int | None, ...]:
         """The seed each env was last seeded with (None where seeded from OS entropy)."""
         return tuple(self._seeds)
 
-    def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """Step every env; actions: int array [num_envs] (discrete) or float [num_envs, 1] (Box)."""
-        if not self._was_reset:
-            raise ResetNeeded("Cannot call env.step() before calling env.reset()")
-        nreset = self._core.step(actions)
-        infos: dict[str, Any] = {}
-        if nreset and self._post:
-            infos = self._after_resets(True)
-        if self.copy:
-            return self._obs.copy(), self._rew.copy(), self._term.copy(), self._trunc.copy(), infos
-        return self._obs, self._rew, self._term, self._trunc, infos
+    # step(actions) is ClassicBatch.step (one C-level call): it returns
+    # (obs, rewards, terminated, truncated, infos), like SyncVectorEnv.step.
 
     def reset(
         self,
@@ -213,7 +201,7 @@ class NativeVectorEnv(VectorEnv):
                 raise ValueError(f"Seed must be a non-negative python integer or None, got {s!r}")
         lo, hi = self._spec_native.reset_bounds(options)
         todo = np.ones(n, dtype=bool) if mask is None else mask.astype(bool)
-        rng = self._core.rng
+        rng = self._rng
         fresh = []
         for i, s in enumerate(seeds):
             if not todo[i]:
@@ -235,11 +223,11 @@ class NativeVectorEnv(VectorEnv):
             self._seeded[idx] = True
             for i in fresh:
                 self._seeds[i] = None
-        self._core.set_reset_bounds(lo, hi)
+        self._set_reset_bounds(lo, hi)
         try:
-            self._core.reset_envs(None if mask is None else mask)
+            self._reset_envs(mask)
         finally:
-            self._core.set_reset_bounds(*self._default_bounds)
+            self._set_reset_bounds(*self._default_bounds)
         self._was_reset = True
         if self._acrobot:
             self._after_resets(False)
@@ -255,7 +243,7 @@ class NativeVectorEnv(VectorEnv):
         if not self._was_reset:
             raise ResetNeeded("Cannot call render() before calling reset()")
         kind = self._spec_native.kind
-        st = self._core.state
+        st = self._state
         ref = self._ref
         frames = []
         for i in range(self.num_envs):
@@ -265,7 +253,7 @@ class NativeVectorEnv(VectorEnv):
                 ref.state = np.array([st[0, i], st[1, i]])
             else:
                 ref.state = np.array([st[0, i], st[1, i]])
-                u = self._core.last_u[i]
+                u = self._last_u[i]
                 ref.last_u = None if np.isnan(u) else u
             frames.append(ref.render())
         return tuple(frames)
@@ -281,12 +269,11 @@ class NativeVectorEnv(VectorEnv):
     # ----------------------------------------------------------- internals
     def _after_resets(self, from_step: bool) -> dict[str, Any]:
         """Finish what the kernel leaves to NumPy: Acrobot reset observations and SAME_STEP infos."""
-        core = self._core
-        rows = np.flatnonzero(core.reset_flag)
+        rows = np.flatnonzero(self._reset_flag)
         if self._acrobot and rows.size:
             # AcrobotEnv._get_ob applies NumPy's float32 cos/sin to the float32 reset state
-            s0 = core.state[0, rows].astype(np.float32)
-            s1 = core.state[1, rows].astype(np.float32)
+            s0 = self._state[0, rows].astype(np.float32)
+            s1 = self._state[1, rows].astype(np.float32)
             obs = self._obs
             obs[rows, 0] = np.cos(s0)
             obs[rows, 1] = np.sin(s0)
@@ -295,7 +282,7 @@ class NativeVectorEnv(VectorEnv):
         if not (from_step and self._same_step) or rows.size == 0:
             return {}
         final_obs = np.full(self.num_envs, None, dtype=object)
-        fo = core.final_obs
+        fo = self._final_obs
         for i in rows:
             final_obs[i] = fo[i].copy()
         mask = np.zeros(self.num_envs, dtype=np.bool_)
