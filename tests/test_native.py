@@ -140,8 +140,7 @@ def test_parity_many_seeds(env_id, seed):
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
 @pytest.mark.parametrize("env_id", IDS)
 def test_parity_long_rollouts(env_id, mode):
-    for seed in (100, 200):
-        _rollout(env_id, 16, 1500, seed=seed, mode=mode)
+    _rollout(env_id, 12, 1200, seed=100, mode=mode)
 
 
 def test_parity_mountaincar_truncates():

@@ -13,7 +13,6 @@
 # ``pow`` (which is not always equal to ``x * x``), so we call ``pow`` through
 # an opaque exponent to stop the compiler from folding it into a multiply.
 # Floating-point contraction into FMA is switched off for this file.
-from cython.parallel cimport prange
 from libc.math cimport cos, sin, fmod, copysign
 from libc.stdint cimport uint64_t, int64_t, int32_t, uint8_t
 
@@ -118,6 +117,145 @@ cdef extern from *:
             needs_reset[i] = (uint8_t)(t | tr);
         }
     }
+    /* ------------------------------------------------------------------
+       A small thread pool whose caller never waits for a helper that has not
+       started: the caller and the helpers take chunks from one atomic counter
+       (tagged with the job's generation), and the caller only waits for chunks
+       a helper has actually taken. On an oversubscribed machine (2 cores shared
+       by several processes) a helper that is not scheduled in time simply gets
+       no work, where a fork-join barrier (OpenMP) would stall for a time slice.
+       ------------------------------------------------------------------ */
+    #if defined(_WIN32)
+    #define FV_HAVE_POOL 0
+    #else
+    #define FV_HAVE_POOL 1
+    #include <pthread.h>
+    #include <sched.h>
+    #include <stdlib.h>
+    #endif
+    typedef int64_t (*fv_chunk_fn)(void *ctx, int64_t lo, int64_t hi);
+    #define FV_MAX_HELPERS 63
+    #define FV_CLOSED 0xffffffffULL
+    typedef struct fv_pool {
+    #if FV_HAVE_POOL
+        pthread_t threads[FV_MAX_HELPERS];
+        pthread_mutex_t mu;
+        pthread_cond_t cv;
+    #endif
+        int nhelpers;
+        int stop;
+        uint64_t gen;     /* job generation (written under mu) */
+        uint64_t next;    /* atomic: (gen << 32) | next chunk index, or FV_CLOSED in the low bits */
+        int64_t done;     /* atomic: chunks finished */
+        int64_t total;    /* atomic: sum of the chunk results */
+        int64_t n, nchunks, chunk;
+        fv_chunk_fn fn;
+        void *ctx;
+    } fv_pool;
+
+    static int fv_take(fv_pool *p, uint64_t gen, int64_t *idx) {
+        uint64_t v = __atomic_load_n(&p->next, __ATOMIC_ACQUIRE);
+        for (;;) {
+            uint64_t i = v & 0xffffffffULL;
+            if ((v >> 32) != (gen & 0xffffffffULL) || i == FV_CLOSED || (int64_t)i >= p->nchunks) return 0;
+            if (__atomic_compare_exchange_n(&p->next, &v, v + 1, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+                *idx = (int64_t)i;
+                return 1;
+            }
+        }
+    }
+    static void fv_do(fv_pool *p, int64_t idx) {
+        int64_t lo = idx * p->chunk, hi = lo + p->chunk;
+        if (hi > p->n) hi = p->n;
+        int64_t r = lo < hi ? p->fn(p->ctx, lo, hi) : 0;
+        __atomic_fetch_add(&p->total, r, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&p->done, 1, __ATOMIC_RELEASE);
+    }
+    #if FV_HAVE_POOL
+    static void *fv_helper(void *arg) {
+        fv_pool *p = (fv_pool *)arg;
+        uint64_t seen = 0;
+        int64_t idx;
+        pthread_mutex_lock(&p->mu);
+        seen = p->gen;
+        for (;;) {
+            while (!p->stop && p->gen == seen) pthread_cond_wait(&p->cv, &p->mu);
+            if (p->stop) break;
+            seen = p->gen;
+            pthread_mutex_unlock(&p->mu);
+            while (fv_take(p, seen, &idx)) fv_do(p, idx);
+            pthread_mutex_lock(&p->mu);
+        }
+        pthread_mutex_unlock(&p->mu);
+        return NULL;
+    }
+    #endif
+    /* NULL when threads are unavailable (the caller then runs serially). */
+    static fv_pool *fv_pool_new(int nhelpers) {
+    #if FV_HAVE_POOL
+        if (nhelpers < 1) return NULL;
+        if (nhelpers > FV_MAX_HELPERS) nhelpers = FV_MAX_HELPERS;
+        fv_pool *p = (fv_pool *)calloc(1, sizeof(fv_pool));
+        if (!p) return NULL;
+        pthread_mutex_init(&p->mu, NULL);
+        pthread_cond_init(&p->cv, NULL);
+        p->next = FV_CLOSED;
+        for (int k = 0; k < nhelpers; k++) {
+            if (pthread_create(&p->threads[k], NULL, fv_helper, p) != 0) break;
+            p->nhelpers++;
+        }
+        return p;
+    #else
+        (void)nhelpers;
+        return NULL;
+    #endif
+    }
+    static void fv_pool_free(fv_pool *p) {
+    #if FV_HAVE_POOL
+        if (!p) return;
+        pthread_mutex_lock(&p->mu);
+        p->stop = 1;
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+        for (int k = 0; k < p->nhelpers; k++) pthread_join(p->threads[k], NULL);
+        pthread_cond_destroy(&p->cv);
+        pthread_mutex_destroy(&p->mu);
+        free(p);
+    #else
+        (void)p;
+    #endif
+    }
+    /* Run fn over [0, n) in nchunks chunks with the helpers; returns the sum of fn's results. */
+    static int64_t fv_pool_run(fv_pool *p, fv_chunk_fn fn, void *ctx, int64_t n, int64_t nchunks) {
+        int64_t idx;
+        uint64_t gen;
+        p->fn = fn;
+        p->ctx = ctx;
+        p->n = n;
+        p->nchunks = nchunks;
+        p->chunk = (n + nchunks - 1) / nchunks;
+        __atomic_store_n(&p->done, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&p->total, 0, __ATOMIC_RELAXED);
+    #if FV_HAVE_POOL
+        pthread_mutex_lock(&p->mu);
+        gen = ++p->gen;
+        __atomic_store_n(&p->next, (gen & 0xffffffffULL) << 32, __ATOMIC_RELEASE);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    #else
+        gen = ++p->gen;
+        __atomic_store_n(&p->next, (gen & 0xffffffffULL) << 32, __ATOMIC_RELEASE);
+    #endif
+        while (fv_take(p, gen, &idx)) fv_do(p, idx);
+        /* wait only for chunks that helpers took and are running */
+        for (int spins = 0; __atomic_load_n(&p->done, __ATOMIC_ACQUIRE) < nchunks; spins++) {
+    #if FV_HAVE_POOL
+            if (spins > 2000) sched_yield();
+    #endif
+        }
+        __atomic_store_n(&p->next, ((gen & 0xffffffffULL) << 32) | FV_CLOSED, __ATOMIC_RELEASE);
+        return __atomic_load_n(&p->total, __ATOMIC_RELAXED);
+    }
     """
     uint64_t fv_pcg64_next(uint64_t *s) noexcept nogil
     double fv_next_double(uint64_t *s) noexcept nogil
@@ -125,6 +263,12 @@ cdef extern from *:
     float fv_powf2(float x) noexcept nogil
     double fv_f32(double x) noexcept nogil
     int fv_any_beyond(const f64 *x, i64 lo, i64 hi, f64 lim2) noexcept nogil
+    ctypedef struct fv_pool:
+        int nhelpers
+    ctypedef i64 (*fv_chunk_fn)(void *ctx, i64 lo, i64 hi) noexcept nogil
+    fv_pool *fv_pool_new(int nhelpers) noexcept nogil
+    void fv_pool_free(fv_pool *p) noexcept nogil
+    i64 fv_pool_run(fv_pool *p, fv_chunk_fn fn, void *ctx, i64 n, i64 nchunks) noexcept nogil
     void fv_cartpole_fast(i64 lo, i64 hi, const f64 *prm, int sutton, i32 max_steps,
                           f64 *X, f64 *XD, f64 *TH, f64 *THD, const i64 *act, f32 *obs, f64 *rew,
                           u8 *term, u8 *trunc, i32 *steps, u8 *needs_reset, u8 *reset_flag) noexcept nogil
@@ -705,6 +849,10 @@ cdef i64 _cartpole_fast_range(Ctx *c, i64 start, i64 end) noexcept nogil:
     return 0
 
 
+cdef i64 _chunk_cb(void *ctx, i64 lo, i64 hi) noexcept nogil:
+    return _step_range(<Ctx*>ctx, lo, hi)
+
+
 cdef i64 _check_actions(Ctx *c) noexcept nogil:
     """Index of the first invalid action (or env stepped while done in DISABLED mode), else -1."""
     cdef i64 i, n = c.n
@@ -738,6 +886,7 @@ cdef class ClassicBatch:
     """
 
     cdef Ctx c
+    cdef fv_pool *_pool
     cdef public int _kind, _mode, _num_threads, _obs_dim, _discrete
     cdef public bint copy, _was_reset, _post
     cdef public object _state, _kindf32, _steps, _needs_reset, _rng, _obs, _rew, _term, _trunc
@@ -868,11 +1017,11 @@ cdef class ClassicBatch:
             return np.ascontiguousarray(arr)
         return np.ascontiguousarray(arr, dtype=np.float64)
 
-    cdef i64 _run(self) noexcept:
+    cdef i64 _run(self) except -1:
         cdef Ctx *c = &self.c
         cdef i64 n = c.n
         cdef int nt = self._num_threads
-        cdef i64 total = 0, chunk, k, lo, hi
+        cdef i64 total = 0, nchunks
         if nt <= 1 or n < self.parallel_threshold:
             if n >= 1024:
                 with nogil:
@@ -880,18 +1029,24 @@ cdef class ClassicBatch:
             else:
                 total = _step_range(c, 0, n)
             return total
-        # one contiguous chunk per thread; each env's result depends only on its
-        # own state, action and PCG64 stream, so the split never changes results
-        chunk = (n + nt - 1) // nt
+        if self._pool == NULL or self._pool.nhelpers != nt - 1:
+            fv_pool_free(self._pool)
+            self._pool = fv_pool_new(nt - 1)
+            if self._pool == NULL:
+                with nogil:
+                    total = _step_range(c, 0, n)
+                return total
+        # a few chunks per thread (a late helper still gets some); each env's
+        # result depends only on its own state, action and PCG64 stream, so the
+        # split never changes the results
+        nchunks = max(1, min(4 * nt, n // 64))
         with nogil:
-            for k in prange(nt, num_threads=nt, schedule="static"):
-                lo = k * chunk
-                hi = lo + chunk
-                if hi > n:
-                    hi = n
-                if lo < hi:
-                    total += _step_range(c, lo, hi)
+            total = fv_pool_run(self._pool, _chunk_cb, c, n, nchunks)
         return total
+
+    def __dealloc__(self):
+        fv_pool_free(self._pool)
+        self._pool = NULL
 
     def step(self, actions):
         """Step every env with ``actions``; returns ``(obs, rewards, terminated, truncated, infos)``.
