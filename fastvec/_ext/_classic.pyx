@@ -69,7 +69,13 @@ cdef extern from *:
         for (int64_t i = lo; i < hi; i++) { double v = x[i] * x[i]; acc += (v > lim2) ? 1.0 : 0.0; }
         return acc > 0.0;
     }
-    static void fv_cartpole_fast(int64_t lo, int64_t hi, const double *prm, int sutton, int32_t max_steps,
+    /* CartPole over structure-of-arrays state, blocks of 256 envs: sin/cos
+       first (libm per env when exact, a vectorised Taylor polynomial when not,
+       valid for |theta| <= pi/4: the caller checks), then the dynamics as plain
+       float64 arithmetic that the compiler vectorises (packed IEEE operations
+       give the same results as scalar ones, so the exact mode stays exact),
+       then the flags. Written in C only to mark the buffers `restrict`. */
+    static void fv_cartpole_block(int64_t lo, int64_t hi, int exact, const double *prm, int sutton, int32_t max_steps,
             double *restrict X, double *restrict XD, double *restrict TH, double *restrict THD,
             const int64_t *act64, float *restrict obs, double *restrict rew,
             uint8_t *restrict term, uint8_t *restrict trunc, int32_t *restrict steps,
@@ -77,6 +83,7 @@ cdef extern from *:
         const double g = prm[0], mp = prm[1], tm = prm[2], ln = prm[3], pml = prm[4];
         const double fm = prm[5], tau = prm[6], thr = prm[7], xthr = prm[8];
         const double rew_live = sutton ? 0.0 : 1.0, rew_dead = sutton ? -1.0 : 1.0;
+        double S[256], C[256];
         /* actions are validated 0/1: read the low 32 bits of each int64 (SSE2 has
            no packed int64 compare or conversion; it has int32 ones) */
     #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
@@ -84,24 +91,34 @@ cdef extern from *:
     #else
         const int32_t *restrict act = (const int32_t *)act64;
     #endif
-        /* dynamics: pure float64 arithmetic, vectorised */
-        for (int64_t i = lo; i < hi; i++) {
-            double x = X[i], xd = XD[i], th = TH[i], thd = THD[i];
-            double force = fm * (double)(2 * act[2 * i] - 1);
-            double r2 = th * th;
-            double st = th * (1.0 + r2 * (-1.0 / 6.0 + r2 * (1.0 / 120.0 + r2 * (-1.0 / 5040.0 + r2 * (
-                1.0 / 362880.0 + r2 * (-1.0 / 39916800.0 + r2 * (1.0 / 6227020800.0 + r2 * (-1.0 / 1307674368000.0))))))));
-            double ct = 1.0 + r2 * (-0.5 + r2 * (1.0 / 24.0 + r2 * (-1.0 / 720.0 + r2 * (
-                1.0 / 40320.0 + r2 * (-1.0 / 3628800.0 + r2 * (1.0 / 479001600.0 + r2 * (-1.0 / 87178291200.0 + r2 * (1.0 / 20922789888000.0))))))));
-            double temp = (force + pml * (thd * thd) * st) / tm;
-            double thacc = (g * st - ct * temp) / (ln * (4.0 / 3.0 - mp * (ct * ct) / tm));
-            double xacc = temp - pml * thacc * ct / tm;
-            x = x + tau * xd;
-            xd = xd + tau * xacc;
-            th = th + tau * thd;
-            thd = thd + tau * thacc;
-            X[i] = x; XD[i] = xd; TH[i] = th; THD[i] = thd;
-            obs[4 * i] = (float)x; obs[4 * i + 1] = (float)xd; obs[4 * i + 2] = (float)th; obs[4 * i + 3] = (float)thd;
+        for (int64_t b = lo; b < hi; b += 256) {
+            int64_t e = b + 256 < hi ? b + 256 : hi;
+            if (exact) {
+                for (int64_t i = b; i < e; i++) { C[i - b] = cos(TH[i]); S[i - b] = sin(TH[i]); }
+            } else {
+                for (int64_t i = b; i < e; i++) {
+                    double th = TH[i], r2 = th * th;
+                    S[i - b] = th * (1.0 + r2 * (-1.0 / 6.0 + r2 * (1.0 / 120.0 + r2 * (-1.0 / 5040.0 + r2 * (
+                        1.0 / 362880.0 + r2 * (-1.0 / 39916800.0 + r2 * (1.0 / 6227020800.0 + r2 * (-1.0 / 1307674368000.0))))))));
+                    C[i - b] = 1.0 + r2 * (-0.5 + r2 * (1.0 / 24.0 + r2 * (-1.0 / 720.0 + r2 * (
+                        1.0 / 40320.0 + r2 * (-1.0 / 3628800.0 + r2 * (1.0 / 479001600.0 + r2 * (-1.0 / 87178291200.0 + r2 * (1.0 / 20922789888000.0))))))));
+                }
+            }
+            /* CartPoleEnv.step, same operations in the same order */
+            for (int64_t i = b; i < e; i++) {
+                double x = X[i], xd = XD[i], th = TH[i], thd = THD[i];
+                double force = fm * (double)(2 * act[2 * i] - 1);
+                double st = S[i - b], ct = C[i - b];
+                double temp = (force + pml * (thd * thd) * st) / tm;
+                double thacc = (g * st - ct * temp) / (ln * (4.0 / 3.0 - mp * (ct * ct) / tm));
+                double xacc = temp - pml * thacc * ct / tm;
+                x = x + tau * xd;
+                xd = xd + tau * xacc;
+                th = th + tau * thd;
+                thd = thd + tau * thacc;
+                X[i] = x; XD[i] = xd; TH[i] = th; THD[i] = thd;
+                obs[4 * i] = (float)x; obs[4 * i + 1] = (float)xd; obs[4 * i + 2] = (float)th; obs[4 * i + 3] = (float)thd;
+            }
         }
         /* flags (narrowing float64 masks to bytes does not vectorise on SSE2) */
         for (int64_t i = lo; i < hi; i++) {
@@ -269,7 +286,7 @@ cdef extern from *:
     fv_pool *fv_pool_new(int nhelpers) noexcept nogil
     void fv_pool_free(fv_pool *p) noexcept nogil
     i64 fv_pool_run(fv_pool *p, fv_chunk_fn fn, void *ctx, i64 n, i64 nchunks) noexcept nogil
-    void fv_cartpole_fast(i64 lo, i64 hi, const f64 *prm, int sutton, i32 max_steps,
+    void fv_cartpole_block(i64 lo, i64 hi, int exact, const f64 *prm, int sutton, i32 max_steps,
                           f64 *X, f64 *XD, f64 *TH, f64 *THD, const i64 *act, f32 *obs, f64 *rew,
                           u8 *term, u8 *trunc, i32 *steps, u8 *needs_reset, u8 *reset_flag) noexcept nogil
 
@@ -699,8 +716,8 @@ cdef inline void _step_one(Ctx *c, i64 i) noexcept nogil:
 
 cdef i64 _step_range(Ctx *c, i64 start, i64 end) noexcept nogil:
     """Step envs [start, end) with autoreset; returns how many were reset."""
-    if c.fast and c.kind == CARTPOLE:
-        return _cartpole_fast_range(c, start, end)
+    if c.kind == CARTPOLE:
+        return _cartpole_block_range(c, start, end)
     return _exact_range(c, start, end)
 
 
@@ -815,21 +832,28 @@ cdef i64 _exact_range(Ctx *c, i64 start, i64 end) noexcept nogil:
 # structure-of-arrays state (vectorised C loop above). Not bit-identical.
 # ---------------------------------------------------------------------------
 
-cdef i64 _cartpole_fast_range(Ctx *c, i64 start, i64 end) noexcept nogil:
+cdef i64 _cartpole_block_range(Ctx *c, i64 start, i64 end) noexcept nogil:
+    """CartPole (exact or fast) + TimeLimit + autoreset for envs [start, end).
+
+    Every env is stepped by the vectorised block kernel; envs due for a
+    NEXT_STEP reset are remembered first and reset afterwards (their step
+    results are discarded), which gives the same results as not stepping them.
+    """
     cdef i64 n = c.n, i, j, nidx = 0
     cdef i64 *idx = c.scratch
     cdef int d = 4, k
-    # the polynomials hold for |theta| <= pi/4 (theta**2 <= 0.6 < (pi/4)**2); beyond, take the exact path
-    if fv_any_beyond(c.state + 2 * n, start, end, 0.6):
-        return _exact_range(c, start, end)
+    cdef int exact = not c.fast
+    # the polynomials hold for |theta| <= pi/4 (theta**2 <= 0.6 < (pi/4)**2); beyond, use libm
+    if not exact and fv_any_beyond(c.state + 2 * n, start, end, 0.6):
+        exact = 1
     if c.mode == NEXT_STEP:
         for i in range(start, end):
             if c.needs_reset[i]:
                 idx[start + nidx] = i
                 nidx += 1
-    fv_cartpole_fast(start, end, c.p, c.flag0, c.max_steps, c.state, c.state + n,
-                     c.state + 2 * n, c.state + 3 * n, c.act_i, c.obs, c.rew, c.term,
-                     c.trunc, c.steps, c.needs_reset, c.reset_flag)
+    fv_cartpole_block(start, end, exact, c.p, c.flag0, c.max_steps, c.state, c.state + n,
+                      c.state + 2 * n, c.state + 3 * n, c.act_i, c.obs, c.rew, c.term,
+                      c.trunc, c.steps, c.needs_reset, c.reset_flag)
     if c.mode == NEXT_STEP:
         for j in range(nidx):
             i = idx[start + j]

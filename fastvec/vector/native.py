@@ -260,8 +260,9 @@ class NativeVectorEnv(_classic.ClassicBatch, VectorEnv):
 
     def close_extras(self, **kwargs: Any) -> None:
         """Close Gymnasium's renderer if it was opened."""
-        if self._ref is not None:
-            self._ref.close()
+        ref = getattr(self, "_ref", None)
+        if ref is not None:
+            ref.close()
 
     def __repr__(self) -> str:
         return f"NativeVectorEnv({self.env_id}, num_envs={self.num_envs})"
