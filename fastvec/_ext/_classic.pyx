@@ -3,16 +3,18 @@
 #
 # One file for the five envs: they share the batch state (a struct of raw
 # pointers into NumPy buffers owned by ``ClassicBatch``), the PCG64 stream used
-# for resets, the autoreset logic and the thread split; each env only adds one
-# ``_<env>_step`` / ``_<env>_reset`` pair of ``noexcept nogil`` functions. Splitting
-# into one .pyx per env would duplicate all of that shared machinery.
+# for resets, the autoreset logic, the action checks and the thread pool; each env
+# only adds its dynamics (``_<env>_exact``, or the vectorised CartPole block) and
+# a branch of ``_reset_one``. Splitting into one .pyx per env would duplicate all
+# of that shared machinery.
 #
 # Exactness rules (see docs/native.md): every operation mirrors the float64
 # (or, where Gymnasium's NumPy scalars are float32, the float32) operation that
 # Gymnasium performs, in the same order. ``x ** 2`` in Gymnasium calls libm
 # ``pow`` (which is not always equal to ``x * x``), so we call ``pow`` through
 # an opaque exponent to stop the compiler from folding it into a multiply.
-# Floating-point contraction into FMA is switched off for this file.
+# Floating-point contraction into FMA must not happen (it would change results):
+# x86-64 without -march has no FMA; elsewhere a pragma switches it off.
 from libc.math cimport cos, sin, fmod, copysign
 from libc.stdint cimport uint64_t, int64_t, int32_t, uint8_t
 
@@ -57,8 +59,6 @@ cdef extern from *:
     /* x ** 2 as CPython / NumPy scalars compute it: libm pow, not x * x. */
     static double fv_pow2(double x) { volatile double two = 2.0; return pow(x, two); }
     static float fv_powf2(float x) { volatile float two = 2.0f; return powf(x, two); }
-    /* float32 rounding that the compiler cannot skip. */
-    static inline double fv_f32(double x) { volatile float y = (float)x; return (double)y; }
 
     /* Fast (exact=False) CartPole over structure-of-arrays state, written in C
        only to mark the buffers `restrict` so that the compiler vectorises the
@@ -278,7 +278,6 @@ cdef extern from *:
     double fv_next_double(uint64_t *s) noexcept nogil
     double fv_pow2(double x) noexcept nogil
     float fv_powf2(float x) noexcept nogil
-    double fv_f32(double x) noexcept nogil
     int fv_any_beyond(const f64 *x, i64 lo, i64 hi, f64 lim2) noexcept nogil
     ctypedef struct fv_pool:
         int nhelpers
@@ -390,41 +389,8 @@ cdef void _reset_one(Ctx *c, i64 i) noexcept nogil:
 
 # ---------------------------------------------------------------------------
 # Dynamics, one env, exact. Each writes obs, rew, term (trunc is done by the caller).
+# CartPole's are in fv_cartpole_block (C block above), vectorised over envs.
 # ---------------------------------------------------------------------------
-
-cdef inline void _cartpole_exact(Ctx *c, i64 i) noexcept nogil:
-    # p: 0 gravity, 1 masspole, 2 total_mass, 3 length, 4 polemass_length,
-    #    5 force_mag, 6 tau, 7 theta_threshold, 8 x_threshold; flag0: sutton_barto_reward
-    cdef i64 n = c.n
-    cdef f64 *st = c.state
-    cdef f64 x = st[i], x_dot = st[n + i], theta = st[2 * n + i], theta_dot = st[3 * n + i]
-    cdef f64 force = c.p[5] if c.act_i[i] == 1 else -c.p[5]
-    cdef f64 costheta = cos(theta)
-    cdef f64 sintheta = sin(theta)
-    cdef f64 temp = (force + c.p[4] * (theta_dot * theta_dot) * sintheta) / c.p[2]
-    cdef f64 thetaacc = (c.p[0] * sintheta - costheta * temp) / (
-        c.p[3] * (4.0 / 3.0 - c.p[1] * (costheta * costheta) / c.p[2]))
-    cdef f64 xacc = temp - c.p[4] * thetaacc * costheta / c.p[2]
-    x = x + c.p[6] * x_dot
-    x_dot = x_dot + c.p[6] * xacc
-    theta = theta + c.p[6] * theta_dot
-    theta_dot = theta_dot + c.p[6] * thetaacc
-    st[i] = x
-    st[n + i] = x_dot
-    st[2 * n + i] = theta
-    st[3 * n + i] = theta_dot
-    cdef f32 *o = c.obs + 4 * i
-    o[0] = <f32>x
-    o[1] = <f32>x_dot
-    o[2] = <f32>theta
-    o[3] = <f32>theta_dot
-    cdef bint t = x < -c.p[8] or x > c.p[8] or theta < -c.p[7] or theta > c.p[7]
-    c.term[i] = t
-    if c.flag0:
-        c.rew[i] = -1.0 if t else 0.0
-    else:
-        c.rew[i] = 1.0
-
 
 cdef inline void _mountaincar_exact(Ctx *c, i64 i) noexcept nogil:
     # p: 0 min_position, 1 max_position, 2 max_speed, 3 goal_position,
@@ -702,9 +668,8 @@ cdef inline void _pendulum_exact(Ctx *c, i64 i) noexcept nogil:
 
 
 cdef inline void _step_one(Ctx *c, i64 i) noexcept nogil:
-    if c.kind == CARTPOLE:
-        _cartpole_exact(c, i)
-    elif c.kind == MOUNTAINCAR:
+    # (CartPole goes through _cartpole_block_range instead)
+    if c.kind == MOUNTAINCAR:
         _mountaincar_exact(c, i)
     elif c.kind == MOUNTAINCAR_CONT:
         _mountaincar_cont_exact(c, i)
@@ -721,88 +686,10 @@ cdef i64 _step_range(Ctx *c, i64 start, i64 end) noexcept nogil:
     return _exact_range(c, start, end)
 
 
-cdef i64 _cartpole_exact_range(Ctx *c, i64 start, i64 end) noexcept nogil:
-    """CartPoleEnv.step + TimeLimit + autoreset for envs [start, end); same maths as
-    _cartpole_exact, with everything in locals (stores to the uint8 flag arrays
-    would otherwise force the compiler to reload every field of *c)."""
-    cdef i64 n = c.n, i, nreset = 0
-    cdef f64 *X = c.state
-    cdef f64 *XD = c.state + n
-    cdef f64 *TH = c.state + 2 * n
-    cdef f64 *THD = c.state + 3 * n
-    cdef f64 gravity = c.p[0], masspole = c.p[1], total_mass = c.p[2], length = c.p[3]
-    cdef f64 pml = c.p[4], force_mag = c.p[5], tau = c.p[6], th_thr = c.p[7], x_thr = c.p[8]
-    cdef f64 rew_live = 0.0 if c.flag0 else 1.0
-    cdef f64 rew_dead = -1.0 if c.flag0 else 1.0
-    cdef const i64 *act = c.act_i
-    cdef f32 *obs = c.obs
-    cdef f32 *fobs = c.final_obs
-    cdef f64 *rew = c.rew
-    cdef u8 *term = c.term
-    cdef u8 *trunc = c.trunc
-    cdef u8 *nr = c.needs_reset
-    cdef u8 *rf = c.reset_flag
-    cdef i32 *steps = c.steps
-    cdef i32 maxs = c.max_steps, stp
-    cdef int mode = c.mode, k
-    cdef f64 x, x_dot, theta, theta_dot, force, costheta, sintheta, temp, thetaacc, xacc
-    cdef bint t, tr
-    for i in range(start, end):
-        rf[i] = 0
-        if mode == NEXT_STEP and nr[i]:
-            _reset_one(c, i)
-            rew[i] = 0.0
-            term[i] = 0
-            trunc[i] = 0
-            nreset += 1
-            continue
-        x = X[i]
-        x_dot = XD[i]
-        theta = TH[i]
-        theta_dot = THD[i]
-        force = force_mag if act[i] == 1 else -force_mag
-        costheta = cos(theta)
-        sintheta = sin(theta)
-        temp = (force + pml * (theta_dot * theta_dot) * sintheta) / total_mass
-        thetaacc = (gravity * sintheta - costheta * temp) / (
-            length * (4.0 / 3.0 - masspole * (costheta * costheta) / total_mass))
-        xacc = temp - pml * thetaacc * costheta / total_mass
-        x = x + tau * x_dot
-        x_dot = x_dot + tau * xacc
-        theta = theta + tau * theta_dot
-        theta_dot = theta_dot + tau * thetaacc
-        X[i] = x
-        XD[i] = x_dot
-        TH[i] = theta
-        THD[i] = theta_dot
-        obs[4 * i] = <f32>x
-        obs[4 * i + 1] = <f32>x_dot
-        obs[4 * i + 2] = <f32>theta
-        obs[4 * i + 3] = <f32>theta_dot
-        t = x < -x_thr or x > x_thr or theta < -th_thr or theta > th_thr
-        stp = steps[i] + 1
-        steps[i] = stp
-        tr = stp >= maxs
-        term[i] = t
-        trunc[i] = tr
-        rew[i] = rew_dead if t else rew_live
-        if mode == SAME_STEP:
-            if t or tr:
-                for k in range(4):
-                    fobs[4 * i + k] = obs[4 * i + k]
-                _reset_one(c, i)
-                nreset += 1
-        else:
-            nr[i] = t or tr
-    return nreset
-
-
 cdef i64 _exact_range(Ctx *c, i64 start, i64 end) noexcept nogil:
     cdef i64 i, nreset = 0
     cdef int d = c.obs_dim, k
     cdef bint done
-    if c.kind == CARTPOLE:
-        return _cartpole_exact_range(c, start, end)
     for i in range(start, end):
         c.reset_flag[i] = 0
         if c.mode == NEXT_STEP and c.needs_reset[i]:
