@@ -44,14 +44,29 @@ def _runner(env: gym.vector.VectorEnv, actions: list[np.ndarray]) -> Callable[[]
     return run
 
 
+_CPU_RATES: dict[str, float] = {}
+
+
 def _race(runners: dict[str, tuple[Callable[[], None], int]], repeats: int) -> dict[str, float]:
-    """SPS per name: runners take turns each repeat; median of the per-repeat rates."""
+    """SPS per name: runners take turns each repeat; median of the per-repeat rates.
+
+    Also records, in _CPU_RATES, transitions per second of this process's CPU time
+    (meaningful for single-threaded runs only: it discounts the time other jobs on a
+    shared machine take from us).
+    """
     rates: dict[str, list[float]] = {k: [] for k in runners}
+    cpu: dict[str, list[float]] = {k: [] for k in runners}
     for _ in range(repeats):
         for name, (fn, transitions) in runners.items():
+            c0 = time.process_time()
             t0 = time.perf_counter()
             fn()
-            rates[name].append(transitions / (time.perf_counter() - t0))
+            t1 = time.perf_counter()
+            c1 = time.process_time()
+            rates[name].append(transitions / (t1 - t0))
+            cpu[name].append(transitions / max(c1 - c0, 1e-9))
+    _CPU_RATES.clear()
+    _CPU_RATES.update({k: statistics.median(v) for k, v in cpu.items()})
     return {k: statistics.median(v) for k, v in rates.items()}
 
 
@@ -71,6 +86,7 @@ def run(quick: bool = False) -> None:
     # -------------------------------------------------------- CartPole-v1
     header = ["backend", "threads"] + [f"n={n}" for n in sizes]
     results: dict[tuple[str, int], dict[int, float]] = {}
+    cpu_results: dict[str, dict[int, float]] = {}
     for n in sizes:
         steps = _steps_for(n, budget)
         probe = NativeVectorEnv("CartPole-v1", n)
@@ -90,6 +106,8 @@ def run(quick: bool = False) -> None:
         for key, sps in _race(runners, repeats).items():
             name, threads = key.split("|")
             results.setdefault((name, int(threads)), {})[n] = sps
+            if threads == "1":
+                cpu_results.setdefault(name, {})[n] = _CPU_RATES[key]
     rows = [[name, threads] + [fmt_rate(r[n]) for n in sizes] for (name, threads), r in results.items()]
     best = {n: max(results[("native exact, copy=False", 1)][n], results[("native exact, copy=False", 2)][n])
             for n in sizes}
@@ -104,6 +122,12 @@ def run(quick: bool = False) -> None:
     rows.append(["ratio native exact (1 thread, copy=False) / SyncVectorEnv", ""] +
                 [_ratio(results[("native exact, copy=False", 1)][n], sync[n]) for n in sizes])
     print_table("CartPole-v1, env-only SPS, pre-drawn random actions (median)", header, rows)
+    rows = [[name, "1"] + [fmt_rate(r[n]) for n in sizes] for name, r in cpu_results.items()]
+    c_cpve = cpu_results["gymnasium CartPoleVectorEnv"]
+    rows.append(["ratio native exact (copy=False) / CartPoleVectorEnv", ""] +
+                [_ratio(cpu_results["native exact, copy=False"][n], c_cpve[n]) for n in sizes])
+    print_table("CartPole-v1, same runs, transitions per CPU-second of this process "
+                "(single-threaded rows; discounts time taken by other jobs)", header, rows)
 
     # -------------------------------------------------------- fast mode
     n = 4096 if quick else 16384
