@@ -17,6 +17,7 @@
 # x86-64 without -march has no FMA; elsewhere a pragma switches it off.
 from libc.math cimport cos, sin, fmod, copysign
 from libc.stdint cimport uint64_t, int64_t, int32_t, uint8_t
+from libc.string cimport memcpy
 
 import numpy as np
 cimport numpy as cnp
@@ -995,11 +996,16 @@ cdef class ClassicBatch:
         else:
             infos = {}
         if self.copy:
-            return (cnp.PyArray_NewCopy(<cnp.ndarray>self._obs, cnp.NPY_CORDER),
-                    cnp.PyArray_NewCopy(<cnp.ndarray>self._rew, cnp.NPY_CORDER),
-                    cnp.PyArray_NewCopy(<cnp.ndarray>self._term, cnp.NPY_CORDER),
-                    cnp.PyArray_NewCopy(<cnp.ndarray>self._trunc, cnp.NPY_CORDER), infos)
+            return (self._fresh(self._obs, cnp.NPY_FLOAT32), self._fresh(self._rew, cnp.NPY_FLOAT64),
+                    self._fresh(self._term, cnp.NPY_BOOL), self._fresh(self._trunc, cnp.NPY_BOOL), infos)
         return self._obs, self._rew, self._term, self._trunc, infos
+
+    cdef inline object _fresh(self, object src, int typenum):
+        """A new C-contiguous copy of one of our (contiguous) output buffers."""
+        cdef cnp.ndarray a = <cnp.ndarray>src
+        cdef cnp.ndarray out = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(a), cnp.PyArray_DIMS(a), typenum, 0)
+        memcpy(cnp.PyArray_DATA(out), cnp.PyArray_DATA(a), cnp.PyArray_NBYTES(a))
+        return out
 
     def _raise_bad(self, actions, i64 bad):
         n = self.c.n
