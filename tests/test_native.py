@@ -158,6 +158,23 @@ def test_parity_mountaincar_truncates():
     assert ntrunc == 6
 
 
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1", "Acrobot-v1"])
+def test_max_episode_steps_override(env_id):
+    ref = SyncVectorEnv([lambda: gym.make(env_id, max_episode_steps=7) for _ in range(3)])
+    nat = NativeVectorEnv(env_id, 3, max_episode_steps=7)
+    np.testing.assert_array_equal(ref.reset(seed=1)[0], nat.reset(seed=1)[0])
+    rng = np.random.default_rng(0)
+    ntrunc = 0
+    for _ in range(40):
+        a = _policy(env_id, rng, np.zeros((3, 6), np.float32), ref.single_action_space)
+        r1, r2 = ref.step(a), nat.step(a)
+        for k in range(4):
+            np.testing.assert_array_equal(r1[k], r2[k])
+        ntrunc += int(r1[3].sum())
+    assert ntrunc > 0
+    assert nat.spec.max_episode_steps == 7
+
+
 @pytest.mark.parametrize("env_id,kw", [
     ("CartPole-v1", {"sutton_barto_reward": True}),
     ("CartPole-v0", {"sutton_barto_reward": True}),

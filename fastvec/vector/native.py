@@ -111,7 +111,7 @@ class NativeVectorEnv(_classic.ClassicBatch, VectorEnv):
         self.exact = bool(exact)
         self.render_mode = render_mode
         self.env_kwargs = dict(env_kwargs)
-        self.max_episode_steps = int(max_episode_steps)
+        self.max_episode_steps = min(int(max_episode_steps), 2**31 - 1)
         self._spec_native = spec
         # one Gymnasium instance: spaces, metadata and constants come from Gymnasium itself
         ref = spec.make_reference(render_mode=render_mode, **env_kwargs)
