@@ -47,9 +47,10 @@ class NativeVectorEnv(_classic.ClassicBatch, VectorEnv):
             and ``final_info`` in the infos, as ``SyncVectorEnv`` gives them) or
             ``DISABLED`` (reset finished envs with
             ``reset(options={"reset_mask": mask})``).
-        exact: ``False`` selects the fast CartPole mode (polynomial sin/cos over
-            structure-of-arrays state, vectorised): not bit-identical, within
-            about 1e-6 of the exact mode per episode. Other envs ignore it.
+        exact: ``False`` selects the fast CartPole mode (polynomial sin/cos and
+            reciprocals, vectorised over the structure-of-arrays state): not
+            bit-identical (float64 states drift from the exact mode by ~1e-10 over
+            1,000 steps; observations stay within 1e-5, tested). Other envs ignore it.
         render_mode: ``None`` or ``"rgb_array"`` (frames drawn by Gymnasium's
             renderer from each env's state).
         copy: ``True`` (default, like ``SyncVectorEnv``): ``step``/``reset``
