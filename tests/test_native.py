@@ -1,6 +1,7 @@
 """NativeVectorEnv against gymnasium's SyncVectorEnv of the Python envs, bit for bit."""
 from __future__ import annotations
 
+import os
 import warnings
 
 import gymnasium as gym
@@ -273,6 +274,25 @@ def test_threads_do_not_change_results(env_id):
     for other in outs[1:]:
         for x, y in zip(outs[0], other):
             np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_threads_after_fork():
+    env = NativeVectorEnv("CartPole-v1", 64, num_threads=2, copy=False)
+    env.parallel_threshold = 1
+    env.reset(seed=0)
+    a = np.ones(64, dtype=np.int64)
+    env.step(a)  # starts the helper thread
+    expected = [env.step(a)[0].copy() for _ in range(2)]
+    env.reset(seed=0)
+    env.step(a)
+    pid = os.fork()
+    if pid == 0:  # child: no helper thread exists here; the pool must be rebuilt, not waited on
+        ok = all(np.array_equal(env.step(a)[0], e) for e in expected)
+        del env
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
 def test_threaded_rollout_matches_gymnasium():

@@ -165,6 +165,7 @@ cdef extern from *:
     #include <pthread.h>
     #include <sched.h>
     #include <stdlib.h>
+    #include <unistd.h>
     #endif
     typedef int64_t (*fv_chunk_fn)(void *ctx, int64_t lo, int64_t hi);
     #define FV_MAX_HELPERS 63
@@ -177,6 +178,7 @@ cdef extern from *:
     #endif
         int nhelpers;
         int stop;
+        long pid;         /* process that started the helpers (a forked child has none) */
         uint64_t gen;     /* job generation (written under mu) */
         uint64_t next;    /* atomic: (gen << 32) | next chunk index, or FV_CLOSED in the low bits */
         int64_t done;     /* atomic: chunks finished */
@@ -233,6 +235,7 @@ cdef extern from *:
         pthread_mutex_init(&p->mu, NULL);
         pthread_cond_init(&p->cv, NULL);
         p->next = FV_CLOSED;
+        p->pid = (long)getpid();
         for (int k = 0; k < nhelpers; k++) {
             if (pthread_create(&p->threads[k], NULL, fv_helper, p) != 0) break;
             p->nhelpers++;
@@ -243,9 +246,18 @@ cdef extern from *:
         return NULL;
     #endif
     }
+    /* 1 if p's helper threads exist in this process (not after a fork). */
+    static int fv_pool_usable(fv_pool *p) {
+    #if FV_HAVE_POOL
+        return p != NULL && p->pid == (long)getpid();
+    #else
+        return 0;
+    #endif
+    }
     static void fv_pool_free(fv_pool *p) {
     #if FV_HAVE_POOL
         if (!p) return;
+        if (p->pid != (long)getpid()) return;  /* forked child: the threads are not ours; leak the struct */
         pthread_mutex_lock(&p->mu);
         p->stop = 1;
         pthread_cond_broadcast(&p->cv);
@@ -300,6 +312,7 @@ cdef extern from *:
     ctypedef i64 (*fv_chunk_fn)(void *ctx, i64 lo, i64 hi) noexcept nogil
     fv_pool *fv_pool_new(int nhelpers) noexcept nogil
     void fv_pool_free(fv_pool *p) noexcept nogil
+    int fv_pool_usable(fv_pool *p) noexcept nogil
     i64 fv_pool_run(fv_pool *p, fv_chunk_fn fn, void *ctx, i64 n, i64 nchunks) noexcept nogil
     void fv_cartpole_block(i64 lo, i64 hi, int exact, const f64 *prm, int sutton, i32 max_steps,
                           f64 *X, f64 *XD, f64 *TH, f64 *THD, const i64 *act, f32 *obs, f64 *rew,
@@ -956,7 +969,7 @@ cdef class ClassicBatch:
             else:
                 total = _step_range(c, 0, n)
             return total
-        if self._pool == NULL or self._pool.nhelpers != nt - 1:
+        if not fv_pool_usable(self._pool) or self._pool.nhelpers != nt - 1:
             fv_pool_free(self._pool)
             self._pool = fv_pool_new(nt - 1)
             if self._pool == NULL:
