@@ -136,18 +136,22 @@ cdef extern from *:
                 obs[4 * i] = (float)x; obs[4 * i + 1] = (float)xd; obs[4 * i + 2] = (float)th; obs[4 * i + 3] = (float)thd;
             }
         }
-        /* flags (narrowing float64 masks to bytes does not vectorise on SSE2) */
+        /* termination and reward (narrowing float64 masks to bytes does not
+           vectorise on SSE2, so this loop is scalar and kept short) */
         for (int64_t i = lo; i < hi; i++) {
             double x = X[i], th = TH[i];
             int t = (x < -xthr) | (x > xthr) | (th < -thr) | (th > thr);
-            int32_t s = steps[i] + 1;
-            int tr = s >= max_steps;
-            steps[i] = s;
             term[i] = (uint8_t)t;
-            trunc[i] = (uint8_t)tr;
             rew[i] = t ? rew_dead : rew_live;
+        }
+        /* TimeLimit and the autoreset flags (int32/bytes: vectorised) */
+        for (int64_t i = lo; i < hi; i++) {
+            int32_t s = steps[i] + 1;
+            uint8_t tr = (uint8_t)(s >= max_steps);
+            steps[i] = s;
+            trunc[i] = tr;
             reset_flag[i] = 0;
-            needs_reset[i] = (uint8_t)(t | tr);
+            needs_reset[i] = (uint8_t)(term[i] | tr);
         }
     }
     /* ------------------------------------------------------------------
