@@ -39,6 +39,7 @@ cdef extern from *:
     #endif
     #include <math.h>
     #include <stdint.h>
+    #include <string.h>
     #if defined(__SSE2__)
     #include <emmintrin.h>
     #endif
@@ -68,6 +69,19 @@ cdef extern from *:
        only to mark the buffers `restrict` so that the compiler vectorises the
        loop (Cython cannot spell `restrict`). sin/cos are Taylor polynomials,
        valid for |theta| <= pi/4 (the caller checks; CartPole ends at 0.21 rad). */
+    /* Indices i in [lo, hi) with flags[i] != 0, written to idx[0..k); returns k.
+       Skips eight zero flags at a time; branch-free inside a non-zero word. */
+    static int64_t fv_collect(const uint8_t *restrict flags, int64_t lo, int64_t hi, int64_t *restrict idx) {
+        int64_t k = 0, i = lo;
+        for (; i + 8 <= hi; i += 8) {
+            uint64_t w;
+            memcpy(&w, flags + i, 8);
+            if (w == 0) continue;
+            for (int j = 0; j < 8; j++) { idx[k] = i + j; k += flags[i + j] != 0; }
+        }
+        for (; i < hi; i++) { idx[k] = i; k += flags[i] != 0; }
+        return k;
+    }
     static int fv_any_beyond(const double *restrict x, int64_t lo, int64_t hi, double lim2) {
         double acc = 0.0;  /* a count of 0/1, written so that it vectorises */
         for (int64_t i = lo; i < hi; i++) { double v = x[i] * x[i]; acc += (v > lim2) ? 1.0 : 0.0; }
@@ -331,6 +345,7 @@ cdef extern from *:
     double fv_pow2(double x) noexcept nogil
     float fv_powf2(float x) noexcept nogil
     int fv_any_beyond(const f64 *x, i64 lo, i64 hi, f64 lim2) noexcept nogil
+    i64 fv_collect(const u8 *flags, i64 lo, i64 hi, i64 *idx) noexcept nogil
     ctypedef struct fv_pool:
         int nhelpers
     ctypedef i64 (*fv_chunk_fn)(void *ctx, i64 lo, i64 hi) noexcept nogil
@@ -787,10 +802,7 @@ cdef i64 _cartpole_block_range(Ctx *c, i64 start, i64 end) noexcept nogil:
     if not exact and fv_any_beyond(c.state + 2 * n, start, end, 0.6):
         exact = 1
     if c.mode == NEXT_STEP:
-        for i in range(start, end):
-            if c.needs_reset[i]:
-                idx[start + nidx] = i
-                nidx += 1
+        nidx = fv_collect(c.needs_reset, start, end, idx + start)
     fv_cartpole_block(start, end, exact, c.p, c.flag0, c.max_steps, c.state, c.state + n,
                       c.state + 2 * n, c.state + 3 * n, c.act_i, c.obs, c.rew, c.term,
                       c.trunc, c.steps, c.needs_reset, c.reset_flag)
