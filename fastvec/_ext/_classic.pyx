@@ -208,6 +208,7 @@ cdef extern from *:
     typedef int64_t (*fv_chunk_fn)(void *ctx, int64_t lo, int64_t hi);
     #define FV_MAX_HELPERS 63
     #define FV_CLOSED 0xffffffffULL
+    #define FV_SPIN 5000
     typedef struct fv_pool {
     #if FV_HAVE_POOL
         pthread_t threads[FV_MAX_HELPERS];
@@ -256,7 +257,19 @@ cdef extern from *:
             if (p->stop) break;
             seen = p->gen;
             pthread_mutex_unlock(&p->mu);
-            while (fv_take(p, seen, &idx)) fv_do(p, idx);
+            for (;;) {
+                while (fv_take(p, seen, &idx)) fv_do(p, idx);
+                /* stay awake a few microseconds for the next job, so
+                   back-to-back steps do not pay a wake-up each; then sleep */
+                int found = 0;
+                for (int spin = 0; spin < FV_SPIN && !found; spin++) {
+                    uint64_t v = __atomic_load_n(&p->next, __ATOMIC_ACQUIRE);
+                    found = (v >> 32) != (seen & 0xffffffffULL) && (v & 0xffffffffULL) != FV_CLOSED;
+                    if (__atomic_load_n(&p->stop, __ATOMIC_RELAXED)) break;
+                }
+                if (!found) break;
+                seen = __atomic_load_n(&p->gen, __ATOMIC_ACQUIRE);
+            }
             pthread_mutex_lock(&p->mu);
         }
         pthread_mutex_unlock(&p->mu);
@@ -297,7 +310,7 @@ cdef extern from *:
         if (!p) return;
         if (p->pid != (long)getpid()) return;  /* forked child: the threads are not ours; leak the struct */
         pthread_mutex_lock(&p->mu);
-        p->stop = 1;
+        __atomic_store_n(&p->stop, 1, __ATOMIC_RELAXED);
         pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->mu);
         for (int k = 0; k < p->nhelpers; k++) pthread_join(p->threads[k], NULL);
@@ -321,7 +334,8 @@ cdef extern from *:
         __atomic_store_n(&p->total, 0, __ATOMIC_RELAXED);
     #if FV_HAVE_POOL
         pthread_mutex_lock(&p->mu);
-        gen = ++p->gen;
+        gen = p->gen + 1;
+        __atomic_store_n(&p->gen, gen, __ATOMIC_RELEASE);
         __atomic_store_n(&p->next, (gen & 0xffffffffULL) << 32, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->mu);
