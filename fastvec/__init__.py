@@ -7,6 +7,7 @@ from fastvec import registration, spaces
 from fastvec.advantages import gae, gae_sb3, gae_terminated_truncated, vtrace
 from fastvec.errors import RemoteTraceback, WorkerDiedError, WorkerError
 from fastvec.replay import MinTree, PrioritizedReplayBuffer, SumTree
+from fastvec.vector.native import NativeVectorEnv
 from fastvec.vector.shared import FastVectorEnv
 
 __version__ = "0.1.0"
@@ -14,7 +15,8 @@ __version__ = "0.1.0"
 registration.install()
 
 __all__ = [
-    "FastVectorEnv", "RemoteTraceback", "WorkerDiedError", "WorkerError", "registration", "spaces",
+    "FastVectorEnv", "NativeVectorEnv", "RemoteTraceback", "WorkerDiedError", "WorkerError",
+    "registration", "spaces",
     "gae", "gae_sb3", "gae_terminated_truncated", "vtrace",
     "SumTree", "MinTree", "PrioritizedReplayBuffer",
 ]
