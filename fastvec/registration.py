@@ -170,6 +170,7 @@ def _native_refusal(env_spec: EnvSpec, env_kwargs: dict, wrappers: list, backend
         return f"vector_kwargs {other} are for the multiprocess backend"
     env_kwargs = dict(env_kwargs)
     render_mode = env_kwargs.pop("render_mode", None)
+    env_kwargs.pop("max_episode_steps", None)  # NativeVectorEnv takes it as its own argument
     if not can_run_natively(env_spec.id, env_kwargs, render_mode):
         return f"no native implementation of {env_spec.id} with kwargs {env_kwargs} and render_mode={render_mode!r}"
     return None

@@ -103,3 +103,60 @@ def test_mode_stored_in_a_registered_spec():
 def test_unknown_vector_kwargs_are_a_type_error():
     with pytest.raises(TypeError, match=r"unknown vector_kwargs \['bogus'\]"):
         gym.make_vec("CartPole-v1", 2, vectorization_mode="fastvec", vector_kwargs={"bogus": 1})
+
+
+# ---------------------------------------------------------------------------- native routing
+from fastvec import NativeVectorEnv  # noqa: E402
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "MountainCar-v0", "Acrobot-v1", "Pendulum-v1"])
+def test_native_ids_route_to_native_backend(env_id):
+    envs = gym.make_vec(env_id, num_envs=4, vectorization_mode="fastvec")
+    ref = gym.make_vec(env_id, num_envs=4, vectorization_mode="sync")
+    try:
+        assert isinstance(envs, NativeVectorEnv)
+        assert envs.spec.kwargs["vectorization_mode"] == "fastvec"
+        run_side_by_side(ref, envs, seed=9, steps=80)
+        again = gym.make_vec(envs.spec)
+        assert isinstance(again, NativeVectorEnv)
+        again.close()
+    finally:
+        envs.close()
+
+
+def test_native_vector_kwargs_and_env_kwargs():
+    envs = gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="fastvec", max_episode_steps=20,
+                        sutton_barto_reward=True,
+                        vector_kwargs={"num_threads": 1, "autoreset_mode": AutoresetMode.SAME_STEP})
+    ref = gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="sync", max_episode_steps=20,
+                       sutton_barto_reward=True, vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP})
+    try:
+        assert isinstance(envs, NativeVectorEnv)
+        run_side_by_side(ref, envs, seed=2, steps=60)
+    finally:
+        envs.close()
+
+
+@pytest.mark.parametrize("call", [
+    dict(wrappers=[TimeAwareObservation]),                       # custom wrappers
+    dict(vector_kwargs={"num_workers": 2}),                      # a multiprocess-only option
+    dict(vector_kwargs={"native": False}),                       # opted out
+    dict(render_mode="human"),                                   # a render mode native does not draw
+])
+def test_falls_back_to_multiprocess_backend(call):
+    envs = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="fastvec", **call)
+    try:
+        assert isinstance(envs, FastVectorEnv)
+    finally:
+        envs.close()
+
+
+def test_native_true_refuses_what_it_cannot_honour():
+    with pytest.raises(ValueError, match="custom wrappers"):
+        gym.make_vec("CartPole-v1", 2, vectorization_mode="fastvec", wrappers=[TimeAwareObservation],
+                     vector_kwargs={"native": True})
+    with pytest.raises(ValueError, match="no native implementation"):
+        gym.make_vec("LunarLander-v3", 2, vectorization_mode="fastvec", vector_kwargs={"native": True})
+    with pytest.raises(TypeError, match="only for NativeVectorEnv"):
+        gym.make_vec("CartPole-v1", 2, vectorization_mode="fastvec", wrappers=[TimeAwareObservation],
+                     vector_kwargs={"num_threads": 2})
