@@ -467,3 +467,29 @@ def test_render_rgb_array_matches_gymnasium(env_id):
     env.close()
     ref.close()
     assert NativeVectorEnv("CartPole-v1", 1).render() is None  # no render_mode: warns, returns None
+
+
+def test_get_attr_call_and_set_attr():
+    import gymnasium as gym
+
+    env = NativeVectorEnv("CartPole-v1", 3)
+    ref = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(3)])
+    env.reset(seed=4)
+    ref.reset(seed=4)
+    for _ in range(5):
+        a = np.array([0, 1, 1])
+        env.step(a)
+        ref.step(a)
+    for name in ("gravity", "masscart", "x_threshold", "render_mode"):
+        assert env.get_attr(name) == ref.get_attr(name)
+    for mine, theirs in zip(env.get_attr("state"), ref.get_attr("state")):
+        np.testing.assert_array_equal(mine, theirs)
+    with pytest.raises(AttributeError):
+        env.get_attr("no_such_attribute")
+    with pytest.raises(NotImplementedError, match="compiled"):
+        env.call("step", 0)
+    with pytest.raises(NotImplementedError, match="native"):
+        env.get_attr("steps_beyond_terminated")
+    with pytest.raises(NotImplementedError, match="fixed at construction"):
+        env.set_attr("gravity", 1.0)
+    env.close()

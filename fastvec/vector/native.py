@@ -248,16 +248,62 @@ class NativeVectorEnv(_classic.ClassicBatch, VectorEnv):
         ref = self._ref
         frames = []
         for i in range(self.num_envs):
-            if kind in ("cartpole", "acrobot"):
-                ref.state = st[:, i].copy()
-            elif kind in ("mountaincar", "mountaincar_continuous"):
-                ref.state = np.array([st[0, i], st[1, i]])
-            else:
-                ref.state = np.array([st[0, i], st[1, i]])
+            ref.state = self._gym_state(i)
+            if kind == "pendulum":
                 u = self._last_u[i]
                 ref.last_u = None if np.isnan(u) else u
             frames.append(ref.render())
         return tuple(frames)
+
+    # The envs are compiled, so only what Gymnasium's envs hold as constants (the parameters
+    # fixed at construction) and their state can be read; nothing can be set.
+    _DYNAMIC_ATTRS = ("steps_beyond_terminated", "last_u", "np_random", "_np_random", "screen", "clock")
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Read an attribute of every env (SyncVectorEnv's ``call`` for non-callables).
+
+        Constants of the Gymnasium env (``gravity``, ``max_speed``, ``spec``,
+        ``render_mode``...) are the same for every env; ``state`` is each env's
+        own state, as Gymnasium's env would hold it; ``render`` renders.
+        Methods cannot be called on compiled envs: ``NotImplementedError``.
+        """
+        if name == "render":
+            return self.render()
+        if name == "np_random_seed":
+            return self.np_random_seed
+        if name == "state":
+            return tuple(self._gym_state(i) for i in range(self.num_envs))
+        if name in self._DYNAMIC_ATTRS:
+            raise NotImplementedError(
+                f"NativeVectorEnv does not track {name!r} per env; use the multiprocess backend "
+                "(fastvec.FastVectorEnv, or vector_kwargs={'native': False} in make_vec) for it")
+        try:
+            value = self._ref.get_wrapper_attr(name)
+        except AttributeError:
+            raise AttributeError(f"{self.env_id} envs have no attribute {name!r}") from None
+        if callable(value):
+            raise NotImplementedError(
+                f"NativeVectorEnv cannot call env method {name!r}: its envs are compiled. Use the "
+                "multiprocess backend (vector_kwargs={'native': False} in make_vec) to call methods")
+        return (value,) * self.num_envs
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """Same as :meth:`call` (as in SyncVectorEnv)."""
+        return self.call(name)
+
+    def set_attr(self, name: str, values: Any) -> None:
+        """Not supported: the compiled envs' parameters are fixed at construction."""
+        raise NotImplementedError(
+            f"NativeVectorEnv cannot set {name!r}: its envs' parameters are fixed at construction "
+            "(pass env kwargs to the constructor), or use the multiprocess backend "
+            "(vector_kwargs={'native': False} in make_vec) to change env attributes")
+
+    def _gym_state(self, i: int) -> np.ndarray:
+        """Env i's state as Gymnasium's env holds it in ``env.state``."""
+        st = self._state
+        if self._spec_native.kind in ("cartpole", "acrobot"):
+            return st[:, i].copy()
+        return np.array([st[0, i], st[1, i]])
 
     def close_extras(self, **kwargs: Any) -> None:
         """Close Gymnasium's renderer if it was opened."""
