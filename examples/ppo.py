@@ -59,11 +59,11 @@ class Args:
     """episodes in the running mean return"""
 
     # Algorithm (tuned for wall-clock time to solve CartPole-v1 on a small CPU)
-    num_envs: int = 64
+    num_envs: int = 128
     """parallel envs"""
-    num_steps: int = 32
+    num_steps: int = 16
     """steps per env per rollout"""
-    learning_rate: float = 3e-3
+    learning_rate: float = 1e-2
     """Adam learning rate"""
     anneal_lr: bool = False
     """anneal the learning rate linearly to 0 over total_timesteps"""
@@ -71,7 +71,7 @@ class Args:
     """discount"""
     gae_lambda: float = 0.95
     """GAE lambda"""
-    num_minibatches: int = 4
+    num_minibatches: int = 2
     """minibatches per epoch"""
     update_epochs: int = 4
     """epochs over each rollout"""
