@@ -254,7 +254,7 @@ def main(args: Args) -> dict:
     # obs of each step (before autoreset), so that one critic call values all of them.
     all_obs = torch.zeros(2 * T + 1, N, obs_dim, device=store)
     obs_buf, final_obs_buf = all_obs[:T], all_obs[T + 1:]
-    actions = torch.zeros(T, N, dtype=torch.int64, device=store)
+    actions = torch.zeros(T, N, dtype=torch.int64, device=device)
     gumbel = torch.empty(T, N, n_actions, device=device)   # sampling noise for a whole rollout
     rewards = torch.zeros(T, N, device=store)
     done_flags = torch.zeros(T + 1, N, device=store)      # row t: obs_t starts a new episode
@@ -296,12 +296,13 @@ def main(args: Args) -> dict:
                     final_obs_buf[t].copy_(info["final_obs"])
                     done = info["_final_obs"]
                 else:
-                    obs, reward, terminated, truncated, info = envs.step(actions[t].numpy())
+                    obs, reward, terminated, truncated, info = envs.step(actions[t].cpu().numpy())
                     all_obs[t + 1].copy_(torch.from_numpy(np.asarray(obs, dtype=np.float32)))
                     final_obs_buf[t].copy_(all_obs[t + 1])
                     done_np = np.logical_or(terminated, truncated)
-                    for i in np.flatnonzero(done_np):  # only the envs that just finished
-                        final_obs_buf[t, i] = torch.from_numpy(np.asarray(info["final_obs"][i], dtype=np.float32))
+                    if done_np.any():  # SAME_STEP: the finished envs' last obs are in info["final_obs"]
+                        final = np.stack(info["final_obs"][done_np]).astype(np.float32)
+                        final_obs_buf[t, torch.from_numpy(np.flatnonzero(done_np))] = torch.from_numpy(final)
                     reward = torch.from_numpy(np.asarray(reward, dtype=np.float32))
                     terminated, truncated = torch.from_numpy(terminated), torch.from_numpy(truncated)
                     done = torch.from_numpy(done_np)
@@ -318,7 +319,7 @@ def main(args: Args) -> dict:
             values_all = agent.value(all_obs.view(-1, obs_dim).to(device)).view(2 * T + 1, N)
             values, next_value, final_values = values_all[:T], values_all[T], values_all[T + 1:]
             b_obs = obs_buf.reshape(B, obs_dim).to(device)
-            b_onehot = eye[actions.reshape(B).to(device)]
+            b_onehot = eye[actions.reshape(B)]
             b_logp = (torch.log_softmax(agent.logits(b_obs), dim=1) * b_onehot).sum(1)
             # A truncated episode is bootstrapped from the value of its final observation.
             boot_rewards = rewards.to(device) + args.gamma * final_values * trunc_only.to(device)

@@ -36,6 +36,9 @@ def env_table(quick: bool) -> None:
     steps, repeats = (20, 3) if quick else (100, 7)
     rows = []
     threads = torch.get_num_threads()
+    # One thread: gymnasium's NumPy env uses one, and torch's OpenMP pool on a busy 2-core
+    # machine loses more to waiting than it gains (16384 envs ran ~15x slower with 2 threads).
+    torch.set_num_threads(1)
     for n in sizes:
         rng = np.random.default_rng(0)
         actions_np = rng.integers(0, 2, n).astype(np.int64)
@@ -51,7 +54,8 @@ def env_table(quick: bool) -> None:
             sps = _env_sps(lambda: env.step(actions), n, steps, repeats)
             row += [fmt_rate(sps), f"{sps / ref_sps:.2f}x"]
         rows.append(row)
-    print_table(f"TorchCartPole on the CPU vs gymnasium CartPoleVectorEnv (env steps/s, torch threads={threads})",
+    torch.set_num_threads(threads)
+    print_table("TorchCartPole on the CPU vs gymnasium CartPoleVectorEnv (env steps/s, one thread each)",
                 ["num_envs", "gymnasium CartPoleVectorEnv", "TorchCartPole f32", "ratio",
                  "TorchCartPole f64", "ratio"], rows)
 
@@ -68,8 +72,11 @@ def _load_ppo_example():
     return module
 
 
-def _sb3_time_to_target(seed: int, max_steps: int = 200_000):
-    """SB3 PPO, rl-zoo CartPole-v1 hyper-parameters; (seconds, steps, SPS) to mean return >= TARGET."""
+def _sb3_time_to_target(seed: int, max_steps: int = 100_000):
+    """SB3 PPO, rl-zoo CartPole-v1 hyper-parameters: (seconds, steps, SPS, CPU seconds) to TARGET.
+
+    rl-zoo trains for 1e5 steps, over which its learning rate and clip range decay linearly.
+    """
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
@@ -85,7 +92,8 @@ def _sb3_time_to_target(seed: int, max_steps: int = 200_000):
         def _on_step(self) -> bool:
             buf = self.model.ep_info_buffer
             if len(buf) == buf.maxlen and np.mean([e["r"] for e in buf]) >= TARGET:
-                self.solved = (time.perf_counter() - self.start, self.num_timesteps)
+                self.solved = (time.perf_counter() - self.start, self.num_timesteps,
+                               time.process_time() - self.start_cpu)
                 return False
             return True
 
@@ -94,13 +102,14 @@ def _sb3_time_to_target(seed: int, max_steps: int = 200_000):
                 ent_coef=0.0, learning_rate=linear(1e-3), clip_range=linear(0.2), seed=seed, device="cpu",
                 verbose=0)
     callback = StopAtTarget()
-    callback.start = time.perf_counter()
+    callback.start, callback.start_cpu = time.perf_counter(), time.process_time()
     model.learn(total_timesteps=max_steps, callback=callback)
     wall = time.perf_counter() - callback.start
     env.close()
     if callback.solved is None:
-        return None, None, model.num_timesteps / wall
-    return callback.solved[0], callback.solved[1], callback.solved[1] / callback.solved[0]
+        return None, None, model.num_timesteps / wall, None
+    t, steps, cpu = callback.solved
+    return t, steps, steps / t, cpu
 
 
 def training_table(seeds=(1, 2, 3)) -> None:
@@ -110,18 +119,21 @@ def training_table(seeds=(1, 2, 3)) -> None:
         return
     results = {}
     threads = torch.get_num_threads()
+    load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     for seed in seeds:
         args = ppo.parse_args(["--seed", str(seed), "--target-return", str(TARGET), "--no-save", "--quiet",
                                "--total-timesteps", "3000000"])
         s = ppo.main(args)
         results.setdefault("fastvec examples/ppo.py, torch backend (CPU)", []).append(
-            (s["time_to_target_s"], s["steps_to_target"], s["sps"]))
+            (s["time_to_target_s"], s["steps_to_target"], s["sps"],
+             s["cpu_s"] if s["time_to_target_s"] else None))
     torch.set_num_threads(threads)
     try:
         import stable_baselines3  # noqa: F401
     except ImportError:
         print("\n(stable-baselines3 not installed: its reference row is skipped)")
     else:
+        torch.set_num_threads(1)  # as examples/ppo.py (--threads 1); 2 threads are slower on 2 busy cores
         for seed in seeds:
             results.setdefault("SB3 PPO, rl-zoo hyper-parameters (8 envs x 32 steps)", []).append(
                 _sb3_time_to_target(seed))
@@ -140,15 +152,16 @@ def training_table(seeds=(1, 2, 3)) -> None:
         rows.append([name, fmt_time(t) if t else "not reached",
                      " / ".join(f"{r[0]:.2f}" if r[0] else "-" for r in runs),
                      f"{med([r[1] for r in runs]):,.0f}" if med([r[1] for r in runs]) else "-",
-                     fmt_rate(med([r[2] for r in runs]))])
+                     fmt_rate(med([r[2] for r in runs])),
+                     fmt_time(med([r[3] for r in runs])) if med([r[3] for r in runs]) else "-"])
     for row, (name, runs) in zip(rows, results.items()):
         t = med([r[0] for r in runs])
         row.append(f"{ref_time / t:.1f}x" if ref_time and t else "")
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    load_end = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print_table(f"PPO on CartPole-v1 to mean return {TARGET:g} (last 100 episodes), seeds {list(seeds)}, "
-                f"CPU, load average {load:.1f}",
+                f"CPU, 1-min load average {load_start:.1f} at start, {load_end:.1f} at end",
                 ["implementation", "median time to target", "per seed (s)", "median steps", "median SPS",
-                 "speed-up vs SB3"], rows)
+                 "median CPU time", "speed-up vs SB3 (wall)"], rows)
 
 
 def run(quick: bool) -> None:
