@@ -1,6 +1,6 @@
 """PPO on CartPole-v1 in one readable file (CleanRL style), with no torch.compile and no Triton.
 
-Three ways to run the environments, same agent and update:
+Four ways to run the environments, one agent and one update:
 
     --backend torch    fastvec.torch.TorchCartPole: envs, rollout, GAE and update all stay
                        on --device (cpu or cuda); no host sync inside the rollout.

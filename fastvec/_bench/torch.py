@@ -164,7 +164,30 @@ def training_table(seeds=(1, 2, 3)) -> None:
                  "median CPU time", "speed-up vs SB3 (wall)"], rows)
 
 
+THROUGHPUT_ARGS = ["--num-envs", "1024", "--num-steps", "16", "--update-epochs", "2", "--num-minibatches", "2",
+                   "--hidden", "32", "--total-timesteps", str(1024 * 16 * 64)]
+
+
+def throughput_table() -> None:
+    """End-to-end training SPS (env steps per second, everything included) of examples/ppo.py."""
+    ppo = _load_ppo_example()
+    if ppo is None:
+        return
+    threads = torch.get_num_threads()
+    rows = []
+    for name, extra in [("defaults (128 envs x 16 steps, 4 epochs, hidden 64)", ["--total-timesteps", "262144"]),
+                        ("throughput (1024 envs x 16 steps, 2 epochs, hidden 32)", THROUGHPUT_ARGS)]:
+        s = ppo.main(ppo.parse_args(extra + ["--seed", "1", "--no-save", "--quiet"]))
+        rows.append([name, f"{s['global_step']:,}", fmt_rate(s["sps"]), fmt_rate(s["global_step"] / s["cpu_s"]),
+                     f"{s['final_mean_return']:.0f}"])
+    torch.set_num_threads(threads)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print_table(f"examples/ppo.py end-to-end throughput, torch backend on the CPU, one thread, 1-min load {load:.1f}",
+                ["configuration", "steps", "SPS (wall)", "SPS (CPU time)", "mean return at end"], rows)
+
+
 def run(quick: bool) -> None:
     env_table(quick)
     if not quick:
         training_table()
+        throughput_table()
