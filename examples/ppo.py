@@ -59,7 +59,7 @@ class Args:
     """episodes in the running mean return"""
 
     # Algorithm (tuned for wall-clock time to solve CartPole-v1 on a small CPU)
-    num_envs: int = 128
+    num_envs: int = 256
     """parallel envs"""
     num_steps: int = 16
     """steps per env per rollout"""
@@ -87,7 +87,7 @@ class Args:
     """value loss weight"""
     max_grad_norm: float = 0.5
     """gradient clipping"""
-    hidden: int = 64
+    hidden: int = 32
     """width of the two hidden layers of the actor and the critic"""
 
     # Output

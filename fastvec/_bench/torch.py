@@ -120,13 +120,15 @@ def training_table(seeds=(1, 2, 3)) -> None:
     results = {}
     threads = torch.get_num_threads()
     load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    for seed in seeds:
-        args = ppo.parse_args(["--seed", str(seed), "--target-return", str(TARGET), "--no-save", "--quiet",
-                               "--total-timesteps", "3000000"])
-        s = ppo.main(args)
-        results.setdefault("fastvec examples/ppo.py, torch backend (CPU)", []).append(
-            (s["time_to_target_s"], s["steps_to_target"], s["sps"],
-             s["cpu_s"] if s["time_to_target_s"] else None))
+    for name, extra in [("fastvec examples/ppo.py, torch backend (CPU), defaults", []),
+                        ("same, --num-envs 512 --learning-rate 2e-2", ["--num-envs", "512", "--learning-rate", "2e-2"])]:
+        for seed in seeds:
+            args = ppo.parse_args(extra + ["--seed", str(seed), "--target-return", str(TARGET), "--no-save",
+                                           "--quiet", "--total-timesteps", "3000000"])
+            s = ppo.main(args)
+            results.setdefault(name, []).append(
+                (s["time_to_target_s"], s["steps_to_target"], s["sps"],
+                 s["cpu_s"] if s["time_to_target_s"] else None))
     torch.set_num_threads(threads)
     try:
         import stable_baselines3  # noqa: F401
@@ -175,7 +177,7 @@ def throughput_table() -> None:
         return
     threads = torch.get_num_threads()
     rows = []
-    for name, extra in [("defaults (128 envs x 16 steps, 4 epochs, hidden 64)", ["--total-timesteps", "262144"]),
+    for name, extra in [("defaults (256 envs x 16 steps, 4 epochs, hidden 32)", ["--total-timesteps", "524288"]),
                         ("throughput (1024 envs x 16 steps, 2 epochs, hidden 32)", THROUGHPUT_ARGS)]:
         s = ppo.main(ppo.parse_args(extra + ["--seed", "1", "--no-save", "--quiet"]))
         rows.append([name, f"{s['global_step']:,}", fmt_rate(s["sps"]), fmt_rate(s["global_step"] / s["cpu_s"]),
