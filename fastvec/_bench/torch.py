@@ -121,7 +121,8 @@ def training_table(seeds=(1, 2, 3)) -> None:
     threads = torch.get_num_threads()
     load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     for name, extra in [("fastvec examples/ppo.py, torch backend (CPU), defaults", []),
-                        ("same, --num-envs 512 --learning-rate 2e-2", ["--num-envs", "512", "--learning-rate", "2e-2"])]:
+                        ("same, --num-envs 384 --hidden 16 --learning-rate 1.5e-2",
+                         ["--num-envs", "384", "--hidden", "16", "--learning-rate", "1.5e-2"])]:
         for seed in seeds:
             args = ppo.parse_args(extra + ["--seed", str(seed), "--target-return", str(TARGET), "--no-save",
                                            "--quiet", "--total-timesteps", "3000000"])
