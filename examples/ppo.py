@@ -59,11 +59,11 @@ class Args:
     """episodes in the running mean return"""
 
     # Algorithm (tuned for wall-clock time to solve CartPole-v1 on a small CPU)
-    num_envs: int = 256
+    num_envs: int = 384
     """parallel envs"""
     num_steps: int = 16
     """steps per env per rollout"""
-    learning_rate: float = 1e-2
+    learning_rate: float = 1.5e-2
     """Adam learning rate"""
     anneal_lr: bool = False
     """anneal the learning rate linearly to 0 over total_timesteps"""
@@ -87,7 +87,7 @@ class Args:
     """value loss weight"""
     max_grad_norm: float = 0.5
     """gradient clipping"""
-    hidden: int = 32
+    hidden: int = 16
     """width of the two hidden layers of the actor and the critic"""
 
     # Output

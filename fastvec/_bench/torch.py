@@ -121,8 +121,8 @@ def training_table(seeds=(1, 2, 3)) -> None:
     threads = torch.get_num_threads()
     load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     for name, extra in [("fastvec examples/ppo.py, torch backend (CPU), defaults", []),
-                        ("same, --num-envs 384 --hidden 16 --learning-rate 1.5e-2",
-                         ["--num-envs", "384", "--hidden", "16", "--learning-rate", "1.5e-2"])]:
+                        ("same, --num-envs 256 --hidden 32 --learning-rate 1e-2",
+                         ["--num-envs", "256", "--hidden", "32", "--learning-rate", "1e-2"])]:
         for seed in seeds:
             args = ppo.parse_args(extra + ["--seed", str(seed), "--target-return", str(TARGET), "--no-save",
                                            "--quiet", "--total-timesteps", "3000000"])
@@ -178,7 +178,7 @@ def throughput_table() -> None:
         return
     threads = torch.get_num_threads()
     rows = []
-    for name, extra in [("defaults (256 envs x 16 steps, 4 epochs, hidden 32)", ["--total-timesteps", "524288"]),
+    for name, extra in [("defaults (384 envs x 16 steps, 4 epochs, hidden 16)", ["--total-timesteps", "786432"]),
                         ("throughput (1024 envs x 16 steps, 2 epochs, hidden 32)", THROUGHPUT_ARGS)]:
         s = ppo.main(ppo.parse_args(extra + ["--seed", "1", "--no-save", "--quiet"]))
         rows.append([name, f"{s['global_step']:,}", fmt_rate(s["sps"]), fmt_rate(s["global_step"] / s["cpu_s"]),
