@@ -1,0 +1,9 @@
+"""Device-resident environments written in plain torch ops (``pip install fastvec[torch]``).
+
+Importing :mod:`fastvec` never imports torch; import this module explicitly::
+
+    from fastvec.torch import TorchCartPole
+"""
+from fastvec.torch.cartpole import TorchCartPole
+
+__all__ = ["TorchCartPole"]
