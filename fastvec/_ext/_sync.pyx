@@ -347,3 +347,37 @@ def stack_rows(list rows not None, cnp.ndarray out not None):  # out: OUT
     for i in range(n):
         memcpy(dst + i * row_bytes, cnp.PyArray_DATA(<cnp.ndarray>rows[i]), row_bytes)
     return True
+
+
+ctypedef fused action_int:
+    cnp.int8_t
+    cnp.int16_t
+    cnp.int32_t
+    cnp.int64_t
+
+
+cdef Py_ssize_t _first_out_of_range(const action_int[::1] values, const cnp.int64_t[::1] low,
+                                    const cnp.int64_t[::1] high) noexcept nogil:
+    cdef Py_ssize_t i, k = 0, width = low.shape[0]
+    for i in range(values.shape[0]):
+        if values[i] < low[k] or values[i] > high[k]:
+            return i
+        k += 1
+        if k == width:
+            k = 0
+    return -1
+
+
+def first_out_of_range(const action_int[::1] values not None, const cnp.int64_t[::1] low not None,
+                       const cnp.int64_t[::1] high not None):
+    """Index of the first ``values[i]`` outside ``[low[i % w], high[i % w]]`` (w = len(low)), or -1.
+
+    The action check for Discrete / MultiDiscrete / MultiBinary leaves: ``values``
+    is the flattened batch, ``low``/``high`` one row's bounds.
+    """
+    if low.shape[0] != high.shape[0] or low.shape[0] == 0 or values.shape[0] % low.shape[0]:
+        raise ValueError(f"bounds of length {low.shape[0]}/{high.shape[0]} do not tile {values.shape[0]} values")
+    cdef Py_ssize_t bad
+    with nogil:
+        bad = _first_out_of_range(values, low, high)
+    return bad

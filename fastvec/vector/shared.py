@@ -214,9 +214,13 @@ class FastVectorEnv(VectorEnv):
         self._state = _State.DEFAULT
         self._pending: np.ndarray = np.zeros(self.num_workers, dtype=np.uint8)
         self._all_workers = np.ones(self.num_workers, dtype=np.uint8)
+        self._remote_list = list(self._remote_workers())
+        self._remote_mask = np.zeros(self.num_workers, dtype=np.uint8)
+        self._remote_mask[self._remote_list] = 1
         self._autoreset_envs = np.zeros(self.num_envs, dtype=np.bool_)
         # send/recv bookkeeping: workers with a command out, and workers handed back by recv.
         self._inflight = np.zeros(self.num_workers, dtype=np.uint8)
+        self._async_used = False  # set by send/async_reset; spares step() a check
         self._ready = np.ones(self.num_workers, dtype=np.uint8)
         self._next_worker = 0  # where recv's round-robin scan starts
         self._worker_of_env = np.repeat(np.arange(self.num_workers), np.diff([0, *self._stops]))
@@ -395,7 +399,7 @@ class FastVectorEnv(VectorEnv):
                 f"this FastVectorEnv has batch_size={self.batch_size} < num_envs={self.num_envs}: "
                 "step it with send(actions, env_ids) / recv()"
             )
-        if self._inflight.any():
+        if self._async_used and self._inflight.any():
             raise AlreadyPendingCallError("send/recv has commands in flight: recv() them first", "recv")
         if self.autoreset_mode == AutoresetMode.DISABLED and self._autoreset_envs.any():
             envs = np.flatnonzero(self._autoreset_envs).tolist()
@@ -408,7 +412,7 @@ class FastVectorEnv(VectorEnv):
             _sync.send_command(self._ctrl, w, Command.STEP)
         if self._local is not None:
             self._local_job = ("step", self._local.step, ())
-        self._pending = self._all_workers
+        self._pending = self._remote_mask
         self._state = _State.WAITING_STEP
 
     def step_wait(self, timeout: float | None = None):
@@ -449,17 +453,21 @@ class FastVectorEnv(VectorEnv):
                     f"actions{_path(leaf.path)} have shape {value.shape}, expected {expected} "
                     f"({expected[0]} envs, single action space {leaf.space})"
                 )
-            if not np.can_cast(value.dtype, slab.dtype, casting="same_kind"):
+            if value.dtype != slab.dtype and not np.can_cast(value.dtype, slab.dtype, casting="same_kind"):
                 raise TypeError(
                     f"actions{_path(leaf.path)} have dtype {value.dtype}, expected {slab.dtype} "
                     f"(or one that casts to it safely) for {leaf.space}"
                 )
-            if check is not None:
-                check(value, _path(leaf.path))
+            if check is not None and value.dtype.kind not in "iub":
+                raise TypeError(f"actions{_path(leaf.path)} have dtype {value.dtype}, expected integers for {leaf.space}")
             if rows is None:
                 np.copyto(slab, value, casting="same_kind")
+                written = slab
             else:
                 slab[rows] = value
+                written = slab[rows]
+            if check is not None:
+                check(written, _path(leaf.path))
 
     def _take_replies(self, replies) -> dict[str, Any]:
         """Vector infos from the workers' events, in env order; pipe-borne observations kept."""
@@ -499,7 +507,7 @@ class FastVectorEnv(VectorEnv):
             local_reply = self._run_local_job()
         except _RecoverableError as exc:
             local_reply, local_error = None, exc.error  # raised once the workers have answered too
-        if self._local is not None:
+        if self._local is not None and pending[0]:
             pending = pending.copy()
             pending[0] = 0
         while True:
@@ -519,7 +527,7 @@ class FastVectorEnv(VectorEnv):
                 )
         replies = [local_reply] if local_reply is not None else []
         call_errors = [(0, local_error)] if local_error is not None else []
-        for w in np.flatnonzero(pending).tolist():
+        for w in (self._remote_list if pending is self._remote_mask else np.flatnonzero(pending).tolist()):
             status = _sync.status(self._ctrl, w)
             if status == Status.OK:
                 continue
@@ -668,6 +676,7 @@ class FastVectorEnv(VectorEnv):
         """Start resetting every env; their first observations come from :meth:`recv` (EnvPool API)."""
         self.reset_async(seed=seed, options=options)
         self._inflight = self._pending.copy()
+        self._async_used = True
         self._ready[:] = 0
         self._state = _State.DEFAULT
 
@@ -710,6 +719,7 @@ class FastVectorEnv(VectorEnv):
                 _sync.send_command(self._ctrl, w, Command.STEP)
             self._inflight[w] = 1
             self._ready[w] = 0
+        self._async_used = True
 
     def recv(self, timeout: float | None = None):
         """Wait for ``batch_size`` envs to finish; returns their (obs, rewards, terminations, truncations, infos).
@@ -1000,24 +1010,31 @@ def _path(path: tuple) -> str:
 
 
 def _action_check(space) -> Callable | None:
-    """A vectorised range check for a discrete action leaf (Box actions are not checked, as in Gymnasium)."""
+    """A range check for a discrete action leaf (Box actions are not checked, as in Gymnasium).
+
+    The check runs on the actions as written into the shared slab (one Cython pass);
+    a failure raises before any worker is told to step.
+    """
     if isinstance(space, Discrete):
-        low, high = int(space.start), int(space.start + space.n - 1)
+        low, high = np.array([space.start]), np.array([space.start + space.n - 1])
     elif isinstance(space, MultiDiscrete):
         low, high = space.start, space.start + space.nvec - 1
     elif isinstance(space, MultiBinary):
-        low, high = 0, 1
+        low, high = np.zeros(space.shape, np.int64), np.ones(space.shape, np.int64)
     else:
         return None
+    low = np.ascontiguousarray(low, dtype=np.int64).reshape(-1)
+    high = np.ascontiguousarray(high, dtype=np.int64).reshape(-1)
 
-    def check(value: np.ndarray, where: str) -> None:
-        if value.dtype.kind not in "iub":
-            raise TypeError(f"actions{where} have dtype {value.dtype}, expected integers for {space}")
-        if value.size and (np.any(value < low) or np.any(value > high)):
-            bad = np.flatnonzero(np.any((value < low) | (value > high), axis=tuple(range(1, value.ndim))))
-            raise ValueError(
-                f"actions{where} of envs {bad.tolist()} are outside {space}: got {value[bad].tolist()}"
-            )
+    def check(written: np.ndarray, where: str) -> None:
+        flat = written.reshape(-1)
+        if flat.dtype != np.int64:
+            flat = flat.astype(np.int64)
+        if _sync.first_out_of_range(flat, low, high) < 0:
+            return
+        rows = written.reshape(len(written), -1)
+        bad = np.flatnonzero(np.any((rows < low) | (rows > high), axis=1))
+        raise ValueError(f"actions{where} of envs {bad.tolist()} are outside {space}: got {written[bad].tolist()}")
 
     return check
 
