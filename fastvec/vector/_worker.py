@@ -60,27 +60,43 @@ class _Worker:
         terminations = [False] * n
         truncations = [False] * n
         events = []
-        next_step = self.mode == AutoresetMode.NEXT_STEP
-        same_step = self.mode == AutoresetMode.SAME_STEP
-        for j, env in enumerate(self.envs):
-            self.current_env = self.first + j
-            final = None
-            if next_step and self.autoreset[j]:
-                obs, info = env.reset()
-                reward, terminated, truncated = 0.0, False, False
+        first, last_obs, autoreset = self.first, self.last_obs, self.autoreset
+        j = 0
+        try:
+            if self.mode == AutoresetMode.NEXT_STEP:
+                # The common case, kept lean: this loop runs once per env per step.
+                for j, env in enumerate(self.envs):
+                    if autoreset[j]:
+                        obs, info = env.reset()
+                        reward = 0.0
+                        terminated = truncated = False
+                    else:
+                        obs, reward, terminated, truncated, info = env.step(actions[j])
+                    last_obs[j] = obs
+                    rewards[j] = reward
+                    terminations[j] = terminated
+                    truncations[j] = truncated
+                    autoreset[j] = terminated or truncated
+                    if info:
+                        events.append((first + j, None, info))
             else:
-                obs, reward, terminated, truncated, info = env.step(actions[j])
-                if same_step and (terminated or truncated):
-                    final = (obs, info)
-                    obs, info = env.reset()
-            self.last_obs[j] = obs
-            rewards[j] = reward
-            terminations[j] = terminated
-            truncations[j] = truncated
-            self.autoreset[j] = bool(terminated or truncated)
-            if final is not None or info:
-                events.append((self.first + j, final, info))
-        self.current_env = None
+                same_step = self.mode == AutoresetMode.SAME_STEP
+                for j, env in enumerate(self.envs):
+                    final = None
+                    obs, reward, terminated, truncated, info = env.step(actions[j])
+                    if same_step and (terminated or truncated):
+                        final = (obs, info)
+                        obs, info = env.reset()
+                    last_obs[j] = obs
+                    rewards[j] = reward
+                    terminations[j] = terminated
+                    truncations[j] = truncated
+                    autoreset[j] = terminated or truncated
+                    if final is not None or info:
+                        events.append((first + j, final, info))
+        except BaseException:
+            self.current_env = first + j
+            raise
         self.rewards[:] = rewards
         self.terminations[:] = terminations
         self.truncations[:] = truncations

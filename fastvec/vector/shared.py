@@ -408,7 +408,7 @@ class FastVectorEnv(VectorEnv):
                 "`reset(options={'reset_mask': mask})` before stepping again"
             )
         self._write_actions(actions)
-        for w in self._remote_workers():
+        for w in self._remote_list:
             _sync.send_command(self._ctrl, w, Command.STEP)
         if self._local is not None:
             self._local_job = ("step", self._local.step, ())
@@ -467,7 +467,7 @@ class FastVectorEnv(VectorEnv):
                 slab[rows] = value
                 written = slab[rows]
             if check is not None:
-                check(written, _path(leaf.path))
+                check(written, leaf.path)
 
     def _take_replies(self, replies) -> dict[str, Any]:
         """Vector infos from the workers' events, in env order; pipe-borne observations kept."""
@@ -1026,7 +1026,7 @@ def _action_check(space) -> Callable | None:
     low = np.ascontiguousarray(low, dtype=np.int64).reshape(-1)
     high = np.ascontiguousarray(high, dtype=np.int64).reshape(-1)
 
-    def check(written: np.ndarray, where: str) -> None:
+    def check(written: np.ndarray, path: tuple) -> None:
         flat = written.reshape(-1)
         if flat.dtype != np.int64:
             flat = flat.astype(np.int64)
@@ -1034,7 +1034,7 @@ def _action_check(space) -> Callable | None:
             return
         rows = written.reshape(len(written), -1)
         bad = np.flatnonzero(np.any((rows < low) | (rows > high), axis=1))
-        raise ValueError(f"actions{where} of envs {bad.tolist()} are outside {space}: got {written[bad].tolist()}")
+        raise ValueError(f"actions{_path(path)} of envs {bad.tolist()} are outside {space}: got {written[bad].tolist()}")
 
     return check
 
