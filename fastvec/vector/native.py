@@ -13,6 +13,7 @@ from gymnasium.vector.utils import batch_space
 
 from fastvec._ext import _classic
 from fastvec.envs import RENDER_MODES, get_native_spec
+from fastvec.vector._arguments import seeds_per_env, split_reset_options
 
 __all__ = ["NativeVectorEnv"]
 
@@ -174,29 +175,8 @@ class NativeVectorEnv(_classic.ClassicBatch, VectorEnv):
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Reset all envs (or those in ``options["reset_mask"]``), seeding env i with seed + i."""
         n = self.num_envs
-        if seed is None:
-            seeds: list[int | None] = [None] * n
-        elif isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-            seeds = [int(seed) + i for i in range(n)]
-        else:
-            seeds = list(seed)
-            if len(seeds) != n:
-                raise ValueError(f"If seeds are passed as a list the length must match num_envs={n} "
-                                 f"but got length={len(seeds)}.")
-        mask = None
-        if options is not None:
-            options = dict(options)
-            if "reset_mask" in options:
-                mask = options.pop("reset_mask")
-                if not isinstance(mask, np.ndarray):
-                    raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
-                if mask.shape != (n,):
-                    raise ValueError(f"`options['reset_mask']` must have shape `({n},)`, got {mask.shape}")
-                if mask.dtype != np.bool_:
-                    raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
-                if not np.any(mask):
-                    raise ValueError("`options['reset_mask']` must contain a boolean array with at least "
-                                     f"one True value, got reset_mask={mask}")
+        seeds = seeds_per_env(seed, n)
+        options, mask = split_reset_options(options, n)
         for s in seeds:
             if s is not None and (not isinstance(s, (int, np.integer)) or isinstance(s, bool) or s < 0):
                 raise ValueError(f"Seed must be a non-negative python integer or None, got {s!r}")

@@ -36,6 +36,7 @@ from fastvec.errors import (
 )
 from fastvec.spaces import Layout
 from fastvec.vector import _shared_buffer
+from fastvec.vector._arguments import seeds_per_env, split_reset_options
 from fastvec.vector._protocol import LIVENESS_INTERVAL, RECOVERABLE, Command, Status
 from fastvec.vector._worker import _Worker, worker_main
 
@@ -630,22 +631,9 @@ class FastVectorEnv(VectorEnv):
                 f"Calling `reset_async` while waiting for a pending call to `{self._state.value}` to complete",
                 str(self._state.value),
             )
-        if seed is None:
-            seeds = [None] * self.num_envs
-        elif isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-            seeds = [int(seed) + i for i in range(self.num_envs)]
-        else:
-            seeds = list(seed)
-            if len(seeds) != self.num_envs:
-                raise ValueError(
-                    f"If seeds are passed as a list the length must match num_envs={self.num_envs} but got length={len(seeds)}."
-                )
+        seeds = seeds_per_env(seed, self.num_envs)
+        options, mask = split_reset_options(options, self.num_envs)
         self._drain()
-        mask = None
-        if options is not None:
-            options = dict(options)  # the caller's dict is left as it was
-            if "reset_mask" in options:
-                mask = _check_reset_mask(options.pop("reset_mask"), self.num_envs)
         pending = np.zeros(self.num_workers, dtype=np.uint8)
         for w in range(self.num_workers):
             rows = slice(self._starts[w], self._stops[w])
@@ -1039,16 +1027,4 @@ def _action_check(space) -> Callable | None:
     return check
 
 
-def _check_reset_mask(reset_mask, num_envs: int) -> np.ndarray:
-    if not isinstance(reset_mask, np.ndarray):
-        raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(reset_mask)}")
-    if reset_mask.shape != (num_envs,):
-        raise ValueError(f"`options['reset_mask']` must have shape `({num_envs},)`, got {reset_mask.shape}")
-    if reset_mask.dtype != np.bool_:
-        raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {reset_mask.dtype}")
-    if not np.any(reset_mask):
-        raise ValueError(
-            f"`options['reset_mask']` must contain a boolean array with at least one True value, got reset_mask={reset_mask}"
-        )
-    return reset_mask
 
