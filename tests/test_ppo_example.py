@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -135,7 +136,7 @@ def test_script_runs_from_the_command_line(tmp_path):
     out = subprocess.run([sys.executable, str(PPO_PATH), "--total-timesteps", "512", "--num-envs", "16",
                           "--num-steps", "32", "--no-save", "--log-every", "0"],
                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+                         env={"PYTHONPATH": _package_root(), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
     assert "steps        512" in out.stdout and "SPS" in out.stdout and "mean return" in out.stdout
 
@@ -213,3 +214,11 @@ def test_cpu_backend_path_with_gymnasium_sync(ppo, monkeypatch):
     assert calls == [(64, 8)] * 8
     returns = np.array(captured["d"])
     assert len(returns) > 50 and returns.min() >= 8 and returns.max() <= 500
+
+
+def _package_root() -> str:
+    """Where the fastvec under test lives (installed, or built in place): not the source tree,
+    which has no compiled extensions when the package was installed with pip."""
+    import fastvec
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(fastvec.__file__)))

@@ -1,6 +1,7 @@
 """TorchCartPole against gymnasium's CartPole-v1 (the reference it replaces)."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -292,6 +293,12 @@ def test_bad_inputs_raise_clear_errors():
 
 def test_import_fastvec_does_not_import_torch():
     code = "import sys, fastvec; assert 'torch' not in sys.modules, 'torch imported'; print('ok')"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    import fastvec
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(fastvec.__file__)))
+    # From the tests folder with the fastvec under test on the path: a source tree without
+    # compiled extensions must not shadow it.
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(os.path.abspath(__file__)), env=dict(os.environ, PYTHONPATH=root))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
