@@ -418,12 +418,7 @@ class FastVectorEnv(VectorEnv):
 
     def step_wait(self, timeout: float | None = None):
         """Wait for the step sent by :meth:`step_async`; ``TimeoutError`` after ``timeout`` seconds."""
-        self._assert_is_running()
-        if self._state is not _State.WAITING_STEP:
-            raise NoAsyncCallError("Calling `step_wait` without any prior call to `step_async`.", _State.WAITING_STEP.value)
-        replies = self._wait(timeout, "step_wait")
-        self._state = _State.DEFAULT
-        infos = self._take_replies(replies)
+        infos = self._collect(_State.WAITING_STEP, timeout)
         if self.autoreset_mode == AutoresetMode.DISABLED:
             np.logical_or(self._terminations, self._truncations, out=self._autoreset_envs)
         return (
@@ -469,6 +464,16 @@ class FastVectorEnv(VectorEnv):
                 written = slab[rows]
             if check is not None:
                 check(written, leaf.path)
+
+    def _collect(self, expected: _State, timeout: float | None) -> dict[str, Any]:
+        """Finish the pending ``expected`` call (step or reset): wait, then build the infos."""
+        self._assert_is_running()
+        caller = f"{expected.value}_wait"
+        if self._state is not expected:
+            raise NoAsyncCallError(f"Calling `{caller}` without any prior call to `{expected.value}_async`.", expected.value)
+        replies = self._wait(timeout, caller)
+        self._state = _State.DEFAULT
+        return self._take_replies(replies)
 
     def _take_replies(self, replies) -> dict[str, Any]:
         """Vector infos from the workers' events, in env order; pipe-borne observations kept."""
@@ -651,12 +656,7 @@ class FastVectorEnv(VectorEnv):
 
     def reset_wait(self, timeout: float | None = None):
         """Wait for the reset sent by :meth:`reset_async`; returns (obs, infos)."""
-        self._assert_is_running()
-        if self._state is not _State.WAITING_RESET:
-            raise NoAsyncCallError("Calling `reset_wait` without any prior call to `reset_async`.", _State.WAITING_RESET.value)
-        replies = self._wait(timeout, "reset_wait")
-        self._state = _State.DEFAULT
-        infos = self._take_replies(replies)
+        infos = self._collect(_State.WAITING_RESET, timeout)
         return self._observations(), infos
 
     # -- async: send / recv ------------------------------------------------------------
