@@ -40,15 +40,6 @@ def test_stack_rows_declines_and_writes_nothing(rows):
     assert (out == 9).all()
 
 
-def test_copy_bytes():
-    src = np.arange(100, dtype=np.uint8)
-    dst = np.zeros(100, np.uint8)
-    _sync.copy_bytes(src, dst)
-    np.testing.assert_array_equal(src, dst)
-    with pytest.raises(ValueError, match="bytes"):
-        _sync.copy_bytes(src, np.zeros(99, np.uint8))
-
-
 def test_command_handshake_across_threads():
     """A worker thread waits for commands and finishes them; the parent waits for all / any."""
     workers = 3

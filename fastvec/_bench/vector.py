@@ -15,20 +15,6 @@ from fastvec.bench import fmt_rate, print_table
 from fastvec.vector.shared import FastVectorEnv
 
 
-def measure_sps(env, actions: np.ndarray, warmup: int = 20, repeats: int = 3) -> float:
-    """Median SPS of ``env`` stepping through ``actions`` ([steps, num_envs])."""
-    env.reset(seed=0)
-    for a in actions[:warmup]:
-        env.step(a)
-    rates = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for a in actions:
-            env.step(a)
-        rates.append(actions.size / (time.perf_counter() - start))
-    return float(np.median(rates))
-
-
 def interleaved_sps(envs: dict, actions: np.ndarray, rounds: int, slow: dict | None = None) -> dict:
     """Median SPS per backend, the backends taking turns round after round.
 

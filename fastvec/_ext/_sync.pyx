@@ -22,7 +22,7 @@ steals the time slice the process it waits for needs (REFERENCES.md measured
 1-12k SPS for that on 2 cores).
 """
 from libc.stdint cimport uint32_t, uint8_t
-from libc.string cimport memcpy
+from libc.string cimport memcpy  # stack_rows
 
 cdef extern from * nogil:
     """
@@ -292,20 +292,6 @@ def finish_command(uint32_t[:, ::1] ctrl not None, Py_ssize_t worker, uint32_t s
 def status(uint32_t[:, ::1] ctrl not None, Py_ssize_t worker):
     """The status word ``worker`` left with its last finished command."""
     return fv_load(&ctrl[worker, STATUS])
-
-
-cdef void _copy_bytes(const uint8_t[::1] src, uint8_t[::1] dst) noexcept nogil:
-    memcpy(&dst[0], &src[0], src.shape[0])
-
-
-def copy_bytes(const uint8_t[::1] src not None, uint8_t[::1] dst not None):  # dst: OUT
-    """Copy ``src`` into ``dst`` (same length, both contiguous) without the GIL."""
-    if src.shape[0] != dst.shape[0]:
-        raise ValueError(f"copy_bytes: src has {src.shape[0]} bytes, dst {dst.shape[0]}")
-    if src.shape[0] == 0:
-        return
-    with nogil:
-        _copy_bytes(src, dst)
 
 
 cimport numpy as cnp
