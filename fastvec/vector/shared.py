@@ -534,12 +534,9 @@ class FastVectorEnv(VectorEnv):
         replies = [local_reply] if local_reply is not None else []
         call_errors = [(0, local_error)] if local_error is not None else []
         for w in (self._remote_list if pending is self._remote_mask else np.flatnonzero(pending).tolist()):
-            status = _sync.status(self._ctrl, w)
+            status, message = self._reply_of(w)
             if status == Status.OK:
                 continue
-            message = self._recv(w)
-            if status == Status.ERROR:
-                self._raise_remote(w, message)
             if status == Status.CALL_ERROR:
                 call_errors.append((w, message))
                 continue
@@ -550,6 +547,19 @@ class FastVectorEnv(VectorEnv):
                 raise error
             self._raise_remote(w, error, close=False)
         return replies
+
+    def _reply_of(self, w: int) -> tuple[int, Any]:
+        """Worker w's status for its finished command and the message it sent (None if OK).
+
+        A fatal error report is re-raised here (closing the vector env).
+        """
+        status = _sync.status(self._ctrl, w)
+        if status == Status.OK:
+            return status, None
+        message = self._recv(w)
+        if status == Status.ERROR:
+            self._raise_remote(w, message)
+        return status, message
 
     def _run_local_job(self) -> tuple | None:
         """Run the caller's own share of the pending command; its (0, reply) if it sent one."""
@@ -751,13 +761,9 @@ class FastVectorEnv(VectorEnv):
             self._ready[w] = 1
             if w == 0 and self._local is not None:
                 continue
-            status = _sync.status(self._ctrl, w)
-            if status == Status.OK:
-                continue
-            message = self._recv(w)
-            if status == Status.ERROR:
-                self._raise_remote(w, message)
-            replies.append((w, message))
+            status, message = self._reply_of(w)
+            if status != Status.OK:
+                replies.append((w, message))
         env_ids = np.concatenate([np.arange(self._starts[w], self._stops[w]) for w in got])
         batch = _BatchInfos(len(env_ids))
         position = {int(e): k for k, e in enumerate(env_ids)}
