@@ -272,7 +272,10 @@ def test_worker_fault_in_send_recv(leak_check):
     env.async_reset(seed=0)
     with pytest.raises(ValueError, match="boom") as info:
         def loop():
-            for _ in range(20):
+            # Until the crash surfaces: a worker asleep in its futex may miss the first few dozen
+            # fast round trips of the other one, so count time, not iterations.
+            deadline = time.perf_counter() + BOUND_S - 0.5
+            while time.perf_counter() < deadline:
                 obs, rew, term, trunc, infos = env.recv()
                 env.send(np.zeros(2, np.int64), infos["env_id"])
         _timed(loop)
