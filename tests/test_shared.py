@@ -49,6 +49,62 @@ def test_parity_classic_control(env_id, mode):
         run_side_by_side(ref, env, seed=5, steps=250 if env_id == "CartPole-v1" else 60)
 
 
+class OddTypesEnv(gym.Env):
+    """Returns rewards and flags of every type SyncVectorEnv accepts, and lists instead of tuples."""
+
+    observation_space = gym.spaces.Box(-10.0, 10.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(3)
+    REWARDS = (1.5, np.float32(0.1), 2, np.float64(-3.25), True, np.int64(7))
+    FLAGS = (False, np.False_, 0, np.True_, 1, True)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self.np_random.uniform(-1, 1, 2).astype(np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        k = int(self.np_random.integers(0, 6))
+        terminated = self.FLAGS[k] if self.t > 2 else np.False_
+        truncated = self.FLAGS[(k + int(action)) % 6] if self.t > 4 else False
+        info = {"k": k} if k % 2 else {}
+        return [self.np_random.uniform(-1, 1, 2).astype(np.float32), self.REWARDS[k], terminated, truncated, info]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+@pytest.mark.parametrize("step_in_caller", [True, False])
+def test_parity_odd_reward_and_flag_types(mode, step_in_caller):
+    # The compiled env loop stores floats and bools directly and everything else
+    # through NumPy, as SyncVectorEnv's item assignment does.
+    fns = [OddTypesEnv for _ in range(4)]
+    ref = SyncVectorEnv(fns, autoreset_mode=mode)
+    with FastVectorEnv(fns, num_workers=2, autoreset_mode=mode, step_in_caller=step_in_caller) as env:
+        episodes = run_side_by_side(ref, env, seed=3, steps=80)
+    assert episodes > 20
+
+
+@pytest.mark.parametrize("failing", [1, 2], ids=["in-caller", "in-worker"])
+def test_env_error_names_the_failing_env(failing):
+    class FailsAtOneEnv(OddTypesEnv):
+        def step(self, action):
+            if self.index == failing:
+                raise RuntimeError("boom")
+            return super().step(action)
+
+    def make(k):
+        env = FailsAtOneEnv()
+        env.index = k
+        return env
+
+    # 4 envs, 2 workers, the caller steps envs 0-1 itself and a worker process 2-3.
+    env = FastVectorEnv([lambda k=k: make(k) for k in range(4)], num_workers=2, step_in_caller=True)
+    env.reset(seed=0)
+    with pytest.raises(RuntimeError, match="boom") as info:
+        env.step(np.zeros(4, np.int64))
+    assert info.value.env_index == failing
+    assert env.closed
+
+
 @pytest.mark.parametrize("step_in_caller", [True, False])
 @pytest.mark.parametrize("num_workers", [1, 2, 3, 7])
 def test_parity_worker_counts_and_seeds(num_workers, step_in_caller):

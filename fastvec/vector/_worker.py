@@ -20,13 +20,19 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from fastvec._ext import _sync
+from fastvec._ext import _env_loop, _sync
+from fastvec._ext._env_loop import EnvLoop
 from fastvec.spaces import Layout
 from fastvec.vector._protocol import LIVENESS_INTERVAL, RECOVERABLE, Command, Status
 from fastvec.vector._shared_buffer import SharedBuffer
 
 # Names `call` must not reach: they have their own commands (as in AsyncVectorEnv).
 RESERVED_CALLS = ("reset", "step", "close", "_setattr", "_check_spaces")
+_LOOP_MODES = {
+    AutoresetMode.NEXT_STEP: _env_loop.NEXT_STEP,
+    AutoresetMode.SAME_STEP: _env_loop.SAME_STEP,
+    AutoresetMode.DISABLED: _env_loop.DISABLED,
+}
 
 
 class _Worker:
@@ -51,55 +57,18 @@ class _Worker:
         self.autoreset = [False] * len(envs)
         self.last_obs: list[Any] = [None] * len(envs)
         self.current_env: int | None = None  # global index of the env being run, for error reports
+        # The per-env step loop, compiled (same statements as SyncVectorEnv.step).
+        self._loop = EnvLoop(envs, first, _LOOP_MODES[autoreset_mode], self.rewards, self.terminations,
+                             self.truncations, self.last_obs, self.autoreset)
 
     # -- commands -----------------------------------------------------------------
     def step(self) -> tuple[int, Any]:
         actions = self._read_actions()
-        n = len(self.envs)
-        rewards = [0.0] * n
-        terminations = [False] * n
-        truncations = [False] * n
-        events = []
-        first, last_obs, autoreset = self.first, self.last_obs, self.autoreset
-        j = 0
         try:
-            if self.mode == AutoresetMode.NEXT_STEP:
-                # The common case, kept lean: this loop runs once per env per step.
-                for j, env in enumerate(self.envs):
-                    if autoreset[j]:
-                        obs, info = env.reset()
-                        reward = 0.0
-                        terminated = truncated = False
-                    else:
-                        obs, reward, terminated, truncated, info = env.step(actions[j])
-                    last_obs[j] = obs
-                    rewards[j] = reward
-                    terminations[j] = terminated
-                    truncations[j] = truncated
-                    autoreset[j] = terminated or truncated
-                    if info:
-                        events.append((first + j, None, info))
-            else:
-                same_step = self.mode == AutoresetMode.SAME_STEP
-                for j, env in enumerate(self.envs):
-                    final = None
-                    obs, reward, terminated, truncated, info = env.step(actions[j])
-                    if same_step and (terminated or truncated):
-                        final = (obs, info)
-                        obs, info = env.reset()
-                    last_obs[j] = obs
-                    rewards[j] = reward
-                    terminations[j] = terminated
-                    truncations[j] = truncated
-                    autoreset[j] = terminated or truncated
-                    if final is not None or info:
-                        events.append((first + j, final, info))
+            events = self._loop.step(actions)
         except BaseException:
-            self.current_env = first + j
+            self.current_env = self._loop.current
             raise
-        self.rewards[:] = rewards
-        self.terminations[:] = terminations
-        self.truncations[:] = truncations
         return self._finish_observations(events)
 
     def reset(self, seeds, options, mask) -> tuple[int, Any]:
