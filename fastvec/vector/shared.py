@@ -50,6 +50,8 @@ class _State(Enum):
     WAITING_CALL = "call"
 
 
+_WAIT_NAMES = {state: f"{state.value}_wait" for state in _State}  # built once: read on every step
+
 def _usable_cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -356,6 +358,8 @@ class FastVectorEnv(VectorEnv):
             self._obs_slabs = self._buffer.leaves("obs")
             self._obs_view = self._obs_layout.join(self._obs_slabs)
         self._act_checks = [_action_check(leaf.space) for leaf in self._act_layout.leaves]
+        # One Cython call writes the common action batch (one int64 Discrete/MultiDiscrete leaf).
+        self._act_fast = _fast_int_actions(self._act_layout, self._act_slabs)
         if self.step_in_caller:
             self._local = _Worker(0, self._local_envs, 0, None, self.autoreset_mode, self._buffer,
                                   self._obs_layout, self._act_layout, self._worker_spin_s)
@@ -434,6 +438,8 @@ class FastVectorEnv(VectorEnv):
 
         ``rows``: env indices the actions are for (send/recv); default all envs.
         """
+        if rows is None and self._act_fast is not None and _sync.copy_int_actions(actions, *self._act_fast):
+            return
         if self._act_layout.is_leaf:
             values = (actions,)
         else:
@@ -468,7 +474,7 @@ class FastVectorEnv(VectorEnv):
     def _collect(self, expected: _State, timeout: float | None) -> dict[str, Any]:
         """Finish the pending ``expected`` call (step or reset): wait, then build the infos."""
         self._assert_is_running()
-        caller = f"{expected.value}_wait"
+        caller = _WAIT_NAMES[expected]
         if self._state is not expected:
             raise NoAsyncCallError(f"Calling `{caller}` without any prior call to `{expected.value}_async`.", expected.value)
         replies = self._wait(timeout, caller)
@@ -1003,12 +1009,8 @@ def _path(path: tuple) -> str:
     return "".join(f"[{key!r}]" for key in path)
 
 
-def _action_check(space) -> Callable | None:
-    """A range check for a discrete action leaf (Box actions are not checked, as in Gymnasium).
-
-    The check runs on the actions as written into the shared slab (one Cython pass);
-    a failure raises before any worker is told to step.
-    """
+def _int_action_bounds(space) -> tuple[np.ndarray, np.ndarray] | None:
+    """One row's inclusive bounds for a discrete action leaf, as flat int64 arrays (None: not discrete)."""
     if isinstance(space, Discrete):
         low, high = np.array([space.start]), np.array([space.start + space.n - 1])
     elif isinstance(space, MultiDiscrete):
@@ -1017,8 +1019,28 @@ def _action_check(space) -> Callable | None:
         low, high = np.zeros(space.shape, np.int64), np.ones(space.shape, np.int64)
     else:
         return None
-    low = np.ascontiguousarray(low, dtype=np.int64).reshape(-1)
-    high = np.ascontiguousarray(high, dtype=np.int64).reshape(-1)
+    return (np.ascontiguousarray(low, dtype=np.int64).reshape(-1),
+            np.ascontiguousarray(high, dtype=np.int64).reshape(-1))
+
+
+def _fast_int_actions(layout: Layout, slabs: list) -> tuple | None:
+    """(slab, low, high) for ``_sync.copy_int_actions`` when the action space is one int64 discrete leaf."""
+    if not layout.is_leaf or slabs[0].dtype != np.int64:
+        return None
+    bounds = _int_action_bounds(layout.leaves[0].space)
+    return None if bounds is None else (slabs[0], *bounds)
+
+
+def _action_check(space) -> Callable | None:
+    """A range check for a discrete action leaf (Box actions are not checked, as in Gymnasium).
+
+    The check runs on the actions as written into the shared slab (one Cython pass);
+    a failure raises before any worker is told to step.
+    """
+    bounds = _int_action_bounds(space)
+    if bounds is None:
+        return None
+    low, high = bounds
 
     def check(written: np.ndarray, path: tuple) -> None:
         flat = written.reshape(-1)
