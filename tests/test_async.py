@@ -142,3 +142,33 @@ def test_recv_without_send_and_timeout():
 def test_bad_batch_size(kwargs):
     with pytest.raises(ValueError):
         FastVectorEnv(_fns(8), **kwargs)
+
+
+@pytest.mark.parametrize("act_space", ["discrete", "box", "multidiscrete", "dict"])
+def test_send_matches_actions_to_env_ids_in_any_order(act_space):
+    # Ascending adjacent ids take the slice path, a permutation the general one:
+    # both must hand env i the action in the same row as i.
+    fns = [lambda: ToyEnv(max_len=1000, act_space=act_space, info_prob=0.0) for _ in range(4)]
+    with FastVectorEnv(fns, num_workers=2, batch_size=4) as ordered, \
+            FastVectorEnv(fns, num_workers=2, batch_size=4) as permuted:
+        for env in (ordered, permuted):
+            env.async_reset(seed=3)
+            env.recv()
+        space = ordered.action_space
+        space.seed(0)
+        order = np.array([3, 1, 2, 0])
+        for t in range(10):
+            actions = space.sample()
+            ordered.send(actions, np.arange(4))
+            permuted.send(_take_rows(actions, order), order.tolist() if t % 2 else order)
+            a, b = ordered.recv(), permuted.recv()
+            np.testing.assert_array_equal(a[4]["env_id"], b[4]["env_id"])
+            assert_same(a[:4], b[:4], f"step {t}")
+
+
+def _take_rows(actions, rows):
+    if isinstance(actions, dict):
+        return {key: _take_rows(value, rows) for key, value in actions.items()}
+    if isinstance(actions, tuple):
+        return tuple(_take_rows(value, rows) for value in actions)
+    return actions[rows]

@@ -227,6 +227,7 @@ class FastVectorEnv(VectorEnv):
         self._ready = np.ones(self.num_workers, dtype=np.uint8)
         self._next_worker = 0  # where recv's round-robin scan starts
         self._worker_of_env = np.repeat(np.arange(self.num_workers), np.diff([0, *self._stops]))
+        self._worker_of_env_list = self._worker_of_env.tolist()
 
     # -- construction ------------------------------------------------------------------
     def _start_workers(self, ctx) -> None:
@@ -436,10 +437,12 @@ class FastVectorEnv(VectorEnv):
     def _write_actions(self, actions, rows: np.ndarray | None = None) -> None:
         """Check ``actions`` against the action space and write them into the shared slabs.
 
-        ``rows``: env indices the actions are for (send/recv); default all envs.
+        ``rows``: the envs the actions are for (send/recv), an index array or a slice; default all envs.
         """
-        if rows is None and self._act_fast is not None and _sync.copy_int_actions(actions, *self._act_fast):
-            return
+        if self._act_fast is not None and not isinstance(rows, np.ndarray):
+            slab, low, high = self._act_fast
+            if _sync.copy_int_actions(actions, slab if rows is None else slab[rows], low, high):
+                return
         if self._act_layout.is_leaf:
             values = (actions,)
         else:
@@ -449,7 +452,8 @@ class FastVectorEnv(VectorEnv):
                 raise ValueError(f"actions do not match the action space {self.action_space}: {exc!r}") from None
         for leaf, slab, check, value in zip(self._act_layout.leaves, self._act_slabs, self._act_checks, values):
             value = np.asarray(value)
-            expected = slab.shape if rows is None else (len(rows), *slab.shape[1:])
+            target = slab if rows is None or isinstance(rows, np.ndarray) else slab[rows]
+            expected = (len(rows), *slab.shape[1:]) if isinstance(rows, np.ndarray) else target.shape
             if value.shape != expected:
                 raise ValueError(
                     f"actions{_path(leaf.path)} have shape {value.shape}, expected {expected} "
@@ -462,12 +466,12 @@ class FastVectorEnv(VectorEnv):
                 )
             if check is not None and value.dtype.kind not in "iub":
                 raise TypeError(f"actions{_path(leaf.path)} have dtype {value.dtype}, expected integers for {leaf.space}")
-            if rows is None:
-                np.copyto(slab, value, casting="same_kind")
-                written = slab
-            else:
+            if isinstance(rows, np.ndarray):
                 slab[rows] = value
                 written = slab[rows]
+            else:
+                np.copyto(target, value, casting="same_kind")
+                written = target
             if check is not None:
                 check(written, leaf.path)
 
@@ -700,23 +704,12 @@ class FastVectorEnv(VectorEnv):
         if env_ids is None:
             workers = np.flatnonzero(self._ready)
             env_ids = np.concatenate([np.arange(self._starts[w], self._stops[w]) for w in workers]) if len(workers) else np.zeros(0, np.int64)
-        env_ids = np.asarray(env_ids)
-        if env_ids.ndim != 1 or env_ids.dtype.kind not in "iu" or len(env_ids) == 0:
-            raise ValueError(f"env_ids must be a non-empty 1-D integer array, got {env_ids!r}")
-        if env_ids.min() < 0 or env_ids.max() >= self.num_envs or len(np.unique(env_ids)) != len(env_ids):
-            raise ValueError(f"env_ids must be distinct env indices in [0, {self.num_envs}), got {env_ids.tolist()}")
-        workers = np.unique(self._worker_of_env[env_ids])
-        sizes = sum(self._stops[w] - self._starts[w] for w in workers)
-        if sizes != len(env_ids):
-            raise ValueError(
-                f"env_ids {env_ids.tolist()} split workers: send whole workers' envs "
-                f"(worker ranges {[(self._starts[w], self._stops[w] - 1) for w in workers.tolist()]})"
-            )
-        busy = [int(w) for w in workers if self._inflight[w]]
+        workers, rows = self._send_targets(env_ids)
+        busy = [w for w in workers if self._inflight[w]]
         if busy:
             raise ValueError(f"envs of workers {busy} are still stepping: recv() them before sending them new actions")
-        self._write_actions(actions, rows=env_ids)
-        for w in workers.tolist():
+        self._write_actions(actions, rows=rows)
+        for w in workers:
             if w == 0 and self._local is not None:
                 self._local_job = ("step", self._local.step, ())
             else:
@@ -724,6 +717,32 @@ class FastVectorEnv(VectorEnv):
             self._inflight[w] = 1
             self._ready[w] = 0
         self._async_used = True
+
+    def _send_targets(self, env_ids) -> tuple[list[int], slice | np.ndarray]:
+        """The workers ``env_ids`` cover (whole workers only) and the rows to write actions to.
+
+        Rows are a slice when the ids are ascending and adjacent (what ``recv``
+        hands back for adjacent workers): the cheap case, checked first.
+        """
+        env_ids = np.asarray(env_ids)
+        if env_ids.ndim != 1 or env_ids.dtype.kind not in "iu" or len(env_ids) == 0:
+            raise ValueError(f"env_ids must be a non-empty 1-D integer array, got {env_ids!r}")
+        ids = env_ids.tolist()
+        first, last = ids[0], ids[-1]
+        if 0 <= first <= last < self.num_envs and last - first + 1 == len(ids):
+            w0, w1 = self._worker_of_env_list[first], self._worker_of_env_list[last]
+            if self._starts[w0] == first and self._stops[w1] == last + 1 and ids == list(range(first, last + 1)):
+                return list(range(w0, w1 + 1)), slice(first, last + 1)
+        if min(ids) < 0 or max(ids) >= self.num_envs or len(set(ids)) != len(ids):
+            raise ValueError(f"env_ids must be distinct env indices in [0, {self.num_envs}), got {ids}")
+        workers = np.unique(self._worker_of_env[env_ids])
+        sizes = sum(self._stops[w] - self._starts[w] for w in workers)
+        if sizes != len(env_ids):
+            raise ValueError(
+                f"env_ids {ids} split workers: send whole workers' envs "
+                f"(worker ranges {[(self._starts[w], self._stops[w] - 1) for w in workers.tolist()]})"
+            )
+        return workers.tolist(), env_ids
 
     def recv(self, timeout: float | None = None):
         """Wait for ``batch_size`` envs to finish; returns their (obs, rewards, terminations, truncations, infos).
@@ -770,9 +789,13 @@ class FastVectorEnv(VectorEnv):
             status, message = self._reply_of(w)
             if status != Status.OK:
                 replies.append((w, message))
-        env_ids = np.concatenate([np.arange(self._starts[w], self._stops[w]) for w in got])
+        contiguous = len(got) == got[-1] - got[0] + 1
+        if contiguous:
+            env_ids = np.arange(self._starts[got[0]], self._stops[got[-1]])
+        else:
+            env_ids = np.concatenate([np.arange(self._starts[w], self._stops[w]) for w in got])
         batch = _BatchInfos(len(env_ids))
-        position = {int(e): k for k, e in enumerate(env_ids)}
+        position = {e: k for k, e in enumerate(env_ids.tolist())} if replies else None
         for w, (obs_list, events) in replies:
             if obs_list is not None:
                 self._env_obs[self._starts[w]:self._stops[w]] = obs_list
@@ -783,7 +806,6 @@ class FastVectorEnv(VectorEnv):
                     batch.add(info, position[env_index])
         infos = batch.infos
         infos["env_id"] = env_ids
-        contiguous = len(got) == got[-1] - got[0] + 1
         rows = slice(self._starts[got[0]], self._stops[got[-1]]) if contiguous else env_ids
         return (
             self._observation_rows(rows),
