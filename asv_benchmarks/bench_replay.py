@@ -2,6 +2,7 @@
 import numpy as np
 
 from fastvec import MinTree, PrioritizedReplayBuffer, SumTree
+from fastvec.replay.segment_tree import update_pair
 
 
 class TimeSegmentTree:
@@ -25,6 +26,9 @@ class TimeSegmentTree:
     def time_update_sum_and_min(self, capacity, batch):
         self.sum_tree.update(self.idx, self.prio)
         self.min_tree.update(self.idx, self.prio)
+
+    def time_update_pair(self, capacity, batch):
+        update_pair(self.sum_tree, self.min_tree, self.idx, self.prio, self.prio)
 
     def time_find_prefixsum(self, capacity, batch):
         self.sum_tree.find_prefixsum(self.values)

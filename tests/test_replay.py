@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import fastvec
 from fastvec import MinTree, PrioritizedReplayBuffer, SumTree
+from fastvec.replay.segment_tree import update_pair
 
 # --------------------------------------------------------------------------- references
 
@@ -160,6 +161,81 @@ def test_capacity_one():
     np.testing.assert_array_equal(tree.find_prefixsum([0.0, 1.0, 2.999, 3.0, 100.0]), [0, 0, 0, 0, 0])
     np.testing.assert_array_equal(tree.sample(5, np.random.default_rng(0)), [0] * 5)
     assert tree[0] == 3.0 and len(tree) == 1
+
+
+def assert_same_trees(a, b) -> None:
+    np.testing.assert_array_equal(a._leaf_buffer, b._leaf_buffer)
+    np.testing.assert_array_equal(a._heap, b._heap)
+
+
+@settings(max_examples=80, deadline=None)
+@given(capacity=st.one_of(st.just(1), capacities), data=st.data())
+def test_update_pair_matches_separate_updates_and_numpy(capacity, data):
+    """The fused sum+min kernel (used by the replay buffer) leaves both trees
+    exactly as SumTree.update and MinTree.update do, and as sequential
+    assignment: duplicates, the last write wins; different priorities per tree."""
+    pair = SumTree(capacity), MinTree(capacity)
+    separate = SumTree(capacity), MinTree(capacity)
+    leaves, min_leaves = np.zeros(capacity), np.full(capacity, np.inf)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    for _ in range(data.draw(st.integers(1, 4))):
+        n = data.draw(st.integers(1, 3 * capacity + 20))
+        idx = rng.integers(0, capacity, n)  # duplicates are common
+        prio = rng.integers(0, 4, n).astype(np.float64) * rng.choice([1.0, 0.5, 1024.0])
+        min_prio = np.where(prio > 0, prio, np.inf)
+        update_pair(*pair, idx, prio, min_prio)
+        separate[0].update(idx, prio)
+        separate[1].update(idx, min_prio)
+        sequential_assign(leaves, idx, prio)
+        sequential_assign(min_leaves, idx, min_prio)
+        for tree, other in zip(pair, separate):
+            assert_same_trees(tree, other)
+            check_tree_invariant(tree)
+        np.testing.assert_array_equal(pair[0][np.arange(capacity)], leaves)
+        np.testing.assert_array_equal(pair[1][np.arange(capacity)], min_leaves)
+        assert pair[0].total() == leaves.sum() and pair[1].min() == min_leaves.min()
+
+
+def test_update_pair_large_batch_with_duplicates():
+    rng = np.random.default_rng(11)
+    capacity = 100_003  # not a power of two; batches below and above the dense levels
+    pair = SumTree(capacity), MinTree(capacity)
+    separate = SumTree(capacity), MinTree(capacity)
+    for n in (capacity, 5000, 37, 200_000):
+        idx = rng.integers(0, capacity, n) if n != capacity else np.arange(capacity)
+        prio = rng.integers(0, 50, n).astype(np.float64)
+        update_pair(*pair, idx, prio, prio + 1.0)
+        separate[0].update(idx, prio)
+        separate[1].update(idx, prio + 1.0)
+        for tree, other in zip(pair, separate):
+            assert_same_trees(tree, other)
+    check_tree_invariant(pair[0])
+    check_tree_invariant(pair[1])
+
+
+def test_update_pair_validation_writes_nothing():
+    sum_tree, min_tree = SumTree(8), MinTree(8)
+    update_pair(sum_tree, min_tree, [1, 2], [1.0, 2.0], 3.0)  # a scalar is broadcast
+    assert min_tree.min() == 3.0 and sum_tree.total() == 3.0
+    update_pair(sum_tree, min_tree, [], [], [])  # no-op
+    before = [(t._leaf_buffer.copy(), t._heap.copy()) for t in (sum_tree, min_tree)]
+    with pytest.raises(ValueError, match=r"indices must be in \[0, 8\), got 8 at position 1"):
+        update_pair(sum_tree, min_tree, [0, 8], [1.0, -1.0], [1.0, 1.0])
+    with pytest.raises(ValueError, match="finite and >= 0, got inf at position 1"):
+        update_pair(sum_tree, min_tree, [0, 1, 2], [1.0, np.inf, 1.0], [1.0, 1.0, -1.0])
+    with pytest.raises(ValueError, match="not NaN, got -1.0 at position 1"):
+        update_pair(sum_tree, min_tree, [0, 1, 2], [1.0, 1.0, -1.0], [1.0, -1.0, np.inf])
+    with pytest.raises(ValueError, match="shape of indices"):
+        update_pair(sum_tree, min_tree, [0, 1], [1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="a sum and a min tree of the same capacity"):
+        update_pair(sum_tree, MinTree(9), [0], [1.0], [1.0])
+    with pytest.raises(ValueError, match="a sum and a min tree of the same capacity"):
+        update_pair(min_tree, sum_tree, [0], [1.0], [1.0])
+    for tree, (leaves, heap) in zip((sum_tree, min_tree), before):
+        np.testing.assert_array_equal(tree._leaf_buffer, leaves)
+        np.testing.assert_array_equal(tree._heap, heap)
+    update_pair(sum_tree, min_tree, [0], [1.0], [np.inf])  # +inf: "absent" in the min tree
+    assert sum_tree.total() == 4.0 and min_tree[0] == np.inf
 
 
 def test_zero_priority_leaves_are_never_returned():

@@ -17,6 +17,7 @@ import numpy as np
 
 from fastvec.bench import fmt_time, median_time, print_table
 from fastvec.replay import MinTree, PrioritizedReplayBuffer, SumTree
+from fastvec.replay.segment_tree import update_pair
 
 
 class PythonSegmentTree:
@@ -124,11 +125,14 @@ def _optional_rows(capacity, idx_pool, prio_pool, values_pool, batch, repeats, c
 
         rb = cpprb.PrioritizedReplayBuffer(capacity, {"obs": {"shape": 1}}, alpha=0.6)
         rb.add(obs=np.zeros((capacity, 1)))
-        sample_idx = rb.sample(batch)["indexes"]
-
+        # the same fresh random indices as fastvec's row, and (second row) the
+        # indices as cpprb's own stratified sample returns them (sorted)
+        sampled_pool = [rb.sample(batch)["indexes"].astype(np.int64) for _ in idx_pool]
         rows.append(("cpprb PrioritizedReplayBuffer",
-                     median_time(lambda: rb.update_priorities(sample_idx, prio_pool[0]), repeats),
+                     median_time(cycling(rb.update_priorities, idx_pool, prio_pool), repeats),
                      median_time(lambda: rb.sample(batch), repeats)))
+        rows.append(("  (update at indices from its stratified sample: sorted)",
+                     median_time(cycling(rb.update_priorities, sampled_pool, prio_pool), repeats), None))
     except Exception as exc:  # noqa: BLE001
         rows.append(("cpprb", None, None, f"not available ({type(exc).__name__})"))
     return rows
@@ -168,8 +172,14 @@ def run(quick: bool) -> None:
         s_tree.update(i, p)
         m_tree.update(i, p)
 
+    def fv_update_pair(i, p):
+        update_pair(s_tree, m_tree, i, p, p)
+
     sample_rng = np.random.default_rng(1)
     fv_upd = median_time(cycling(fv_update, idx_pool, prio_pool), repeats, number=pool)
+    fv_pair = median_time(cycling(fv_update_pair, idx_pool, prio_pool), repeats, number=pool)
+    sorted_idx_pool = [np.sort(i) for i in idx_pool]
+    fv_upd_sorted = median_time(cycling(fv_update, sorted_idx_pool, prio_pool), repeats, number=pool)
     fv_find = median_time(cycling(s_tree.find_prefixsum, values_pool), repeats, number=pool)
     fv_find_sorted = median_time(cycling(s_tree.find_prefixsum, sorted_pool), repeats, number=pool)
     fv_sample = median_time(lambda: s_tree.sample(batch, sample_rng), repeats, number=pool)
@@ -208,10 +218,14 @@ def run(quick: bool) -> None:
     py_find = median_time(lambda: py_s.find_prefixsum(values_list), py_repeats)
 
     def ratio(t, ref):
-        return "—" if t is None else f"{t / ref:.1f}×"
+        return "—" if t is None else f"{t / ref:.2f}×" if t < 10 * ref else f"{t / ref:.1f}×"
 
     rows = [
         ("fastvec SumTree + MinTree", fmt_time(fv_upd), "1.0×", fmt_time(fv_find), "1.0×", ""),
+        ("  (update_pair: both trees in one pass, as the replay buffer does)", fmt_time(fv_pair),
+         ratio(fv_pair, fv_upd), "", "", ""),
+        ("  (sorted indices, as stratified sampling returns them)", fmt_time(fv_upd_sorted),
+         ratio(fv_upd_sorted, fv_upd), "", "", ""),
         ("  (prefix values sorted, as stratified sampling makes them)", "", "",
          fmt_time(fv_find_sorted), ratio(fv_find_sorted, fv_find), "SumTree.find_prefixsum"),
         ("  (SumTree.sample: rng.random + stratified search)", "", "",
@@ -228,7 +242,8 @@ def run(quick: bool) -> None:
             rows.append((row[0], "—", "—", "—", "—", row[3]))
         else:
             name, upd, find = row
-            rows.append((name, fmt_time(upd), ratio(upd, fv_upd), fmt_time(find), ratio(find, fv_find), ""))
+            rows.append((name, fmt_time(upd), ratio(upd, fv_upd), "—" if find is None else fmt_time(find),
+                         ratio(find, fv_find), ""))
     print_table(
         f"Segment trees, capacity 2^{capacity.bit_length() - 1}, batches of {batch} (median; "
         "ratio = that time / fastvec's)",
@@ -251,9 +266,8 @@ def run(quick: bool) -> None:
         buffer.add(obs, act, rew, obs, flags, flags)
     add_t = median_time(lambda: buffer.add(obs, act, rew, obs, flags, flags), repeats, number=5)
     sample_t = median_time(lambda: buffer.sample(batch), repeats, number=5)
-    s = buffer.sample(batch)
-    new_p = rng.random(batch)
-    upd_t = median_time(lambda: buffer.update_priorities(s.indices, new_p), repeats, number=5)
+    sampled_pool = [buffer.sample(batch).indices for _ in range(pool)]  # fresh indices at each call
+    upd_t = median_time(cycling(buffer.update_priorities, sampled_pool, prio_pool), repeats, number=pool)
     print_table(
         f"PrioritizedReplayBuffer, capacity 2^{buf_cap.bit_length() - 1}, Box(4) obs, Discrete actions",
         ["operation", "time (median)"],

@@ -14,11 +14,17 @@ recomputed from the block of 8 leaves, one 64-byte cache line, which costs
 less than the two cache misses that storing them would cost at each search
 and update.
 
-Update: leaves are written in batch order (a duplicate index: the last write
-wins), then block sums, then the heap one level at a time for the whole
-batch (independent loads, so cache misses overlap, and each pass prefetches
-what the next one writes); the upper levels that hold no more nodes than the
-batch are recomputed whole, contiguously.
+Update: index by index, the leaf is written and its block node and
+ancestors recomputed up to the levels that hold no more nodes than the
+batch (a climb: its addresses depend on the index only, so the out-of-order
+core overlaps the misses of several climbs, and the leaf line and block node
+are prefetched a few indices ahead). A duplicate index simply wins by coming
+later: after each climb the tree is consistent below those levels, which are
+then recomputed whole, contiguously. ``update_pair`` climbs a sum and a min
+tree at the same indices in one pass (what the replay buffer does), cheaper
+than two passes. (Measured against one pass per level over the whole batch,
+with prefetch of the next level, and against a radix sort by block with
+de-duplicated level passes: both slower at 2^20 leaves and batches of 4096.)
 
 Search: a sorted batch (stratified sampling gives one) first finds its nodes
 in a heap row of about 2n nodes by one merge with that row's running sums,
@@ -95,41 +101,98 @@ cdef Py_ssize_t _check_update(
     return -1
 
 
-cdef void _update(
-    f64[::1] leaves,            # OUT
-    f64[::1] heap,              # OUT
-    Py_ssize_t bsize,
-    const i64[::1] indices,
-    const f64[::1] priorities,
-    bint is_min,
-    Py_ssize_t dense_nodes,
-) noexcept nogil:
+ctypedef struct _Tree:
+    f64* leaves                 # OUT
+    f64* heap                   # OUT
+    const f64* priorities       # one per index of the batch
+    bint is_min
+
+
+# How many indices ahead the update prefetches the leaf line and block node:
+# enough to cover a cache miss with the work of the indices in between.
+cdef enum:
+    _UPDATE_PREFETCH = 8
+
+
+cdef inline void _climb(_Tree* t, Py_ssize_t bsize, Py_ssize_t i, i64 idx, Py_ssize_t lim,
+                        bint is_min) noexcept nogil:
+    """Write leaf ``idx`` and recompute its block node and its ancestors down
+    to node ``lim`` (exclusive). After it the tree is consistent below ``lim``,
+    so a later duplicate index simply wins. ``is_min`` is passed as a literal
+    (not read from ``t``) so that each caller's loop compiles without branches."""
+    cdef i64 block = idx >> 3
+    cdef Py_ssize_t node = bsize + block
+    cdef f64* h = t.heap
+    t.leaves[idx] = t.priorities[i]
+    h[node] = _combine8(t.leaves + 8 * block, is_min)
+    node >>= 1
+    while node >= lim:
+        h[node] = _combine(h[2 * node], h[2 * node + 1], is_min)
+        node >>= 1
+
+
+cdef inline void _climb_all(_Tree* trees, int kind, Py_ssize_t bsize, const i64[::1] indices,
+                            Py_ssize_t lim) noexcept nogil:
+    """Climb every index of the batch in ``trees``: kind 0, one sum tree;
+    1, one min tree; 2, a sum tree then a min tree. Called with a literal
+    ``kind``, so that inlining specialises the loop."""
     cdef Py_ssize_t n = indices.shape[0]
-    cdef Py_ssize_t i, node, block, start
-    cdef int shift = 0
-    cdef f64* lv = &leaves[0]
-    cdef f64* h = &heap[0]
+    cdef Py_ssize_t i
+    cdef i64 ahead
+    cdef int t
+    cdef int ntrees = 2 if kind == 2 else 1
     for i in range(n):
-        lv[indices[i]] = priorities[i]
-        FASTVEC_PREFETCH_W(h + bsize + (indices[i] >> 3))
-    # block sums, after every leaf is written (duplicates: last write wins)
-    for i in range(n):
-        block = indices[i] >> 3
-        node = bsize + block
-        h[node] = _combine8(lv + 8 * block, is_min)
-        FASTVEC_PREFETCH_W(h + (node >> 1))
-    start = bsize >> 1          # first node of the level being recomputed
-    while start > dense_nodes:
-        shift += 1
-        for i in range(n):
-            node = (bsize + (indices[i] >> 3)) >> shift
-            h[node] = _combine(h[2 * node], h[2 * node + 1], is_min)
-            FASTVEC_PREFETCH_W(h + (node >> 1))
-        start >>= 1
-    while start >= 1:           # the small upper levels: every node, bottom-up
+        if i + _UPDATE_PREFETCH < n:
+            ahead = indices[i + _UPDATE_PREFETCH]
+            for t in range(ntrees):
+                FASTVEC_PREFETCH_W(trees[t].leaves + ahead)
+                FASTVEC_PREFETCH_W(trees[t].heap + bsize + (ahead >> 3))
+        if kind != 1:
+            _climb(&trees[0], bsize, i, indices[i], lim, False)
+        if kind != 0:
+            _climb(&trees[ntrees - 1], bsize, i, indices[i], lim, True)
+
+
+cdef void _recompute_top(f64* h, Py_ssize_t start, bint is_min) noexcept nogil:
+    """Every heap node below ``2 * start``, bottom-up."""
+    cdef Py_ssize_t node
+    while start >= 1:
         for node in range(start, 2 * start):
             h[node] = _combine(h[2 * node], h[2 * node + 1], is_min)
         start >>= 1
+
+
+cdef void _update(
+    _Tree* trees,               # OUT: their leaves and heaps
+    int ntrees,
+    Py_ssize_t bsize,
+    const i64[::1] indices,
+    Py_ssize_t dense_nodes,
+) noexcept nogil:
+    """Update one tree, or a sum tree and a min tree (``ntrees`` 2, in that
+    order) of the same shape at the same indices.
+
+    Each index climbs from its leaf up to the levels that hold no more nodes
+    than the batch, for every tree in turn (all addresses of a climb depend on
+    the index only, so the out-of-order core overlaps the cache misses of
+    several climbs, and of the trees: one pass for a sum and a min tree costs
+    less than two). Those small upper levels are then recomputed whole,
+    contiguously, instead of climbed once per index.
+    """
+    cdef Py_ssize_t start, lim
+    cdef int t
+    start = bsize >> 1          # first node of the topmost climbed level
+    while start > dense_nodes:
+        start >>= 1
+    lim = 2 * start if start > 0 else 1     # bsize 1: the block node is the root
+    if ntrees == 2:             # a sum tree and a min tree
+        _climb_all(trees, 2, bsize, indices, lim)
+    elif trees[0].is_min:
+        _climb_all(trees, 1, bsize, indices, lim)
+    else:
+        _climb_all(trees, 0, bsize, indices, lim)
+    for t in range(ntrees):
+        _recompute_top(trees[t].heap, start, trees[t].is_min)
 
 
 cdef void _rebuild(
@@ -138,13 +201,12 @@ cdef void _rebuild(
     Py_ssize_t bsize,
     bint is_min,
 ) noexcept nogil:
-    cdef Py_ssize_t node, block
+    cdef Py_ssize_t block
     cdef const f64* lv = &leaves[0]
     cdef f64* h = &heap[0]
     for block in range(bsize):
         h[bsize + block] = _combine8(lv + 8 * block, is_min)
-    for node in range(bsize - 1, 0, -1):
-        h[node] = _combine(h[2 * node], h[2 * node + 1], is_min)
+    _recompute_top(h, bsize >> 1, is_min)
 
 
 cdef Py_ssize_t _prepare(
@@ -332,20 +394,60 @@ cdef int _check_layout(const f64[::1] leaves, const f64[::1] heap, Py_ssize_t bs
     return 0
 
 
+cdef int _check_batch(const i64[::1] indices, const f64[::1] priorities, i64 capacity,
+                      Py_ssize_t bsize) except -1:
+    if indices.shape[0] != priorities.shape[0]:
+        raise ValueError(f"{indices.shape[0]} indices but {priorities.shape[0]} priorities")
+    if capacity > 8 * bsize:
+        raise ValueError(f"capacity {capacity} does not fit bsize {bsize}")
+    return 0
+
+
+cdef _Tree _tree(f64[::1] leaves, f64[::1] heap, const f64[::1] priorities, bint is_min):
+    """The kernel's view of a checked, non-empty update (the arrays must outlive it)."""
+    return _Tree(&leaves[0], &heap[0], &priorities[0], is_min)
+
+
 def update(f64[::1] leaves, f64[::1] heap, Py_ssize_t bsize, const i64[::1] indices,
            const f64[::1] priorities, i64 capacity, bint is_min, Py_ssize_t dense_nodes):
     """Check, then write leaves and recompute their ancestors. Returns -1, or
     the first bad position (and then nothing was written)."""
     _check_layout(leaves, heap, bsize)
-    if indices.shape[0] != priorities.shape[0]:
-        raise ValueError(f"{indices.shape[0]} indices but {priorities.shape[0]} priorities")
-    if capacity > 8 * bsize:
-        raise ValueError(f"capacity {capacity} does not fit bsize {bsize}")
+    _check_batch(indices, priorities, capacity, bsize)
+    if indices.shape[0] == 0:
+        return -1
+    cdef _Tree tree = _tree(leaves, heap, priorities, is_min)
     cdef Py_ssize_t bad
     with nogil:
         bad = _check_update(indices, priorities, capacity, is_min)
         if bad < 0:
-            _update(leaves, heap, bsize, indices, priorities, is_min, dense_nodes)
+            _update(&tree, 1, bsize, indices, dense_nodes)
+    return bad
+
+
+def update_pair(f64[::1] sum_leaves, f64[::1] sum_heap, f64[::1] min_leaves, f64[::1] min_heap,
+                Py_ssize_t bsize, const i64[::1] indices, const f64[::1] sum_priorities,
+                const f64[::1] min_priorities, i64 capacity, Py_ssize_t dense_nodes):
+    """``update`` of a sum tree and a min tree of the same shape at the same
+    indices, in one pass. Returns -1, or the first position whose index or
+    priority (either one) is bad, and then neither tree was written."""
+    _check_layout(sum_leaves, sum_heap, bsize)
+    _check_layout(min_leaves, min_heap, bsize)
+    _check_batch(indices, sum_priorities, capacity, bsize)
+    _check_batch(indices, min_priorities, capacity, bsize)
+    if indices.shape[0] == 0:
+        return -1
+    cdef _Tree[2] trees
+    trees[0] = _tree(sum_leaves, sum_heap, sum_priorities, False)
+    trees[1] = _tree(min_leaves, min_heap, min_priorities, True)
+    cdef Py_ssize_t bad, bad_min
+    with nogil:
+        bad = _check_update(indices, sum_priorities, capacity, False)
+        bad_min = _check_update(indices, min_priorities, capacity, True)
+        if bad < 0 or (0 <= bad_min < bad):
+            bad = bad_min
+        if bad < 0:
+            _update(trees, 2, bsize, indices, dense_nodes)
     return bad
 
 

@@ -10,6 +10,7 @@ from gymnasium import spaces as gspaces
 from fastvec.replay._validate import as_capacity, as_float64, as_indices
 from fastvec.replay.batch import PrioritizedSample, Transitions
 from fastvec.replay.min_tree import MinTree
+from fastvec.replay.segment_tree import update_pair
 from fastvec.replay.sum_tree import SumTree
 from fastvec.spaces import Layout
 
@@ -197,8 +198,7 @@ class PrioritizedReplayBuffer:
             dst[start:start + head] = src[:head]
             if head < count:
                 dst[: count - head] = src[head:]
-        self._sum_tree.update(positions, self._max_priority)
-        self._min_tree.update(positions, self._max_priority)
+        update_pair(self._sum_tree, self._min_tree, positions, self._max_priority, self._max_priority)
         self._pos = (start + count) % self.capacity
         self._len = min(self._len + count, self.capacity)
 
@@ -258,6 +258,5 @@ class PrioritizedReplayBuffer:
             raise ValueError(f"priorities must be finite and >= 0, got {float(prio[bad[0]])} "
                              f"at position {int(bad[0])}")
         stored = (prio + self.eps) ** self.alpha
-        self._sum_tree.update(idx, stored)
-        self._min_tree.update(idx, np.where(stored > 0, stored, np.inf))
+        update_pair(self._sum_tree, self._min_tree, idx, stored, np.where(stored > 0, stored, np.inf))
         self._max_priority = max(self._max_priority, float(stored.max()))

@@ -11,6 +11,45 @@ from fastvec.replay._validate import as_capacity, as_float64, as_indices
 __all__ = ["SegmentTree"]
 
 
+def _flat_batch(indices: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Contiguous 1-D int64 indices and float64 priorities of the same length
+    (a scalar priority is broadcast); TypeError/ValueError for bad input."""
+    idx = as_indices(indices)
+    prio = as_float64(priorities, "priorities")
+    if prio.shape != idx.shape:
+        if prio.ndim == 0:
+            prio = np.broadcast_to(prio, idx.shape)
+        else:
+            raise ValueError(
+                f"priorities must have the shape of indices {idx.shape} (or be a scalar), "
+                f"got shape {prio.shape}"
+            )
+    return (np.ascontiguousarray(idx.reshape(-1), dtype=np.int64),
+            np.ascontiguousarray(prio.reshape(-1)))
+
+
+def update_pair(sum_tree: SegmentTree, min_tree: SegmentTree, indices: Any,
+                sum_priorities: Any, min_priorities: Any) -> None:
+    """``sum_tree.update(indices, sum_priorities)`` and
+    ``min_tree.update(indices, min_priorities)`` in one kernel pass (cheaper
+    than two). The trees must have the same capacity; on bad input neither is
+    written."""
+    if sum_tree._is_min or not min_tree._is_min or sum_tree.capacity != min_tree.capacity:
+        raise ValueError(f"update_pair needs a sum and a min tree of the same capacity, "
+                         f"got {sum_tree!r} and {min_tree!r}")
+    idx, sum_prio = _flat_batch(indices, sum_priorities)
+    _, min_prio = _flat_batch(indices, min_priorities)
+    if idx.shape[0] == 0:
+        return
+    bad = _kernels.update_pair(sum_tree._leaf_buffer, sum_tree._heap, min_tree._leaf_buffer,
+                               min_tree._heap, sum_tree._bsize, idx, sum_prio, min_prio,
+                               sum_tree.capacity, idx.shape[0])
+    if bad >= 0:  # a bad index, else the priority of the tree that rejects it
+        if sum_tree._accepts(float(sum_prio[bad])):
+            min_tree._raise_bad(idx, min_prio, bad)
+        sum_tree._raise_bad(idx, sum_prio, bad)
+
+
 def _aligned_full(n: int, value: float) -> np.ndarray:
     """float64 array of ``n`` values starting on a 64-byte boundary (a block of
     8 leaves is then exactly one cache line)."""
@@ -71,32 +110,25 @@ class SegmentTree:
             ValueError: mismatched shapes, an index out of range, a negative,
                 NaN (or, for sums, infinite) priority. Nothing is written then.
         """
-        idx = as_indices(indices)
-        prio = as_float64(priorities, "priorities")
-        if prio.shape != idx.shape:
-            if prio.ndim == 0:
-                prio = np.broadcast_to(prio, idx.shape)
-            else:
-                raise ValueError(
-                    f"priorities must have the shape of indices {idx.shape} (or be a scalar), "
-                    f"got shape {prio.shape}"
-                )
-        idx_flat = np.ascontiguousarray(idx.reshape(-1), dtype=np.int64)
-        prio_flat = np.ascontiguousarray(prio.reshape(-1))
-        n = idx_flat.shape[0]
-        if n == 0:
+        idx, prio = _flat_batch(indices, priorities)
+        if idx.shape[0] == 0:
             return
-        bad = _kernels.update(self._leaf_buffer, self._heap, self._bsize, idx_flat, prio_flat,
-                              self.capacity, self._is_min, n)
+        bad = _kernels.update(self._leaf_buffer, self._heap, self._bsize, idx, prio,
+                              self.capacity, self._is_min, idx.shape[0])
         if bad >= 0:
-            i, p = int(idx_flat[bad]), float(prio_flat[bad])
-            if not 0 <= i < self.capacity:
-                raise ValueError(
-                    f"indices must be in [0, {self.capacity}), got {int(idx.reshape(-1)[bad])} "
-                    f"at position {bad}"
-                )
-            allowed = ">= 0 and not NaN" if self._is_min else "finite and >= 0"
-            raise ValueError(f"priorities must be {allowed}, got {p} at position {bad}")
+            self._raise_bad(idx, prio, bad)
+
+    def _raise_bad(self, idx: np.ndarray, prio: np.ndarray, bad: int) -> None:
+        """Raise the ValueError for position ``bad`` of a rejected batch."""
+        i, p = int(idx[bad]), float(prio[bad])
+        if not 0 <= i < self.capacity:
+            raise ValueError(f"indices must be in [0, {self.capacity}), got {i} at position {bad}")
+        allowed = ">= 0 and not NaN" if self._is_min else "finite and >= 0"
+        raise ValueError(f"priorities must be {allowed}, got {p} at position {bad}")
+
+    def _accepts(self, priority: float) -> bool:
+        """Whether ``priority`` is a valid leaf value (the kernels' rule)."""
+        return priority >= 0.0 and (self._is_min or priority != np.inf)
 
     def _rebuild(self) -> None:
         _kernels.rebuild(self._leaf_buffer, self._heap, self._bsize, self._is_min)
