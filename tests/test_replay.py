@@ -25,18 +25,41 @@ def ref_find(leaves: np.ndarray, values: np.ndarray) -> np.ndarray:
     return np.where(values >= total, last_positive, out)
 
 
+def tree_levels(capacity: int) -> list[tuple[int, int]]:
+    """The 8-ary layout, derived here independently of the kernels: (offset in
+    the heap, node count) of levels 1..top, each padded to a multiple of 8 and
+    stored top-down (the root at offset 0)."""
+    counts = [8 * ((capacity + 7) // 8)]
+    while counts[-1] > 1:
+        counts.append((counts[-1] + 7) // 8)
+    offsets, off = {}, 0
+    for k in range(len(counts) - 1, 0, -1):
+        offsets[k] = off
+        off += -(-counts[k] // 8) * 8
+    return [(offsets[k], counts[k]) for k in range(1, len(counts))]
+
+
 def check_tree_invariant(tree) -> None:
-    """Block nodes combine their 8 leaves pairwise, every heap node its two
-    children; padding is the identity."""
-    leaves, heap, bsize = tree._leaf_buffer, tree._heap, tree._bsize
+    """Every node combines its line of 8 children pairwise (level 0: the
+    leaves); padding, in the leaves and in every level, is the identity."""
+    leaves, heap = tree._leaf_buffer, tree._heap
+    assert leaves.shape[0] == 8 * ((tree.capacity + 7) // 8)
     assert np.all(leaves[tree.capacity:] == tree._identity)
+    levels = tree_levels(tree.capacity)
+    offset, count = levels[-1]
+    assert offset == 0 and count == 1
+    assert heap.shape[0] == sum(-(-n // 8) * 8 for _, n in levels)
     op = np.minimum if tree._is_min else np.add
-    c = leaves.reshape(bsize, 8)
-    blocks = op(op(op(c[:, 0], c[:, 1]), op(c[:, 2], c[:, 3])), op(op(c[:, 4], c[:, 5]), op(c[:, 6], c[:, 7])))
-    np.testing.assert_array_equal(heap[bsize:], blocks)
-    for node_start in (1 << k for k in range(bsize.bit_length() - 1)):
-        nodes = np.arange(node_start, 2 * node_start)
-        np.testing.assert_array_equal(heap[nodes], op(heap[2 * nodes], heap[2 * nodes + 1]))
+    below = leaves
+    for offset, count in levels:
+        padded = -(-count // 8) * 8
+        assert below.shape[0] == 8 * count
+        c = below.reshape(count, 8)
+        combined = op(op(op(c[:, 0], c[:, 1]), op(c[:, 2], c[:, 3])), op(op(c[:, 4], c[:, 5]), op(c[:, 6], c[:, 7])))
+        np.testing.assert_array_equal(heap[offset:offset + count], combined)
+        assert np.all(heap[offset + count:offset + padded] == tree._identity)
+        below = heap[offset:offset + padded]
+    assert heap[0] == (tree.total() if not tree._is_min else tree.min())
 
 
 def sequential_assign(leaves: np.ndarray, indices, priorities) -> None:
@@ -246,6 +269,73 @@ def test_zero_priority_leaves_are_never_returned():
     np.testing.assert_array_equal(ref_find(tree[:], values), [2, 2, 2, 6, 6, 6, 6, 6, 6, 6])
     idx = tree.sample(1000, np.random.default_rng(1))
     assert set(np.unique(idx)) == {2, 6}
+
+
+@pytest.mark.parametrize("capacity", [7, 8, 9, 15, 16, 17, 63, 64, 65, 71, 72, 511, 512, 513, 4095, 4096, 4097])
+def test_capacities_around_line_and_level_sizes(capacity):
+    """Capacities at and around multiples of 8 (a line), 64 and 512 (a line of
+    lines): padding in the leaves and in every level. Integer priorities, so
+    the answers are exact: prefixes exactly at every cumulative sum (the
+    node boundaries among them), at and beyond the total, in random and in
+    sorted (merge path) batches; the fused update as well."""
+    rng = np.random.default_rng(capacity)
+    leaves = rng.integers(0, 3, capacity).astype(np.float64)
+    leaves[-1] = 1.0  # the last leaf, next to the padding, positive
+    pair = SumTree(capacity), MinTree(capacity)
+    update_pair(*pair, np.arange(capacity), leaves, leaves)
+    for tree in pair:
+        check_tree_invariant(tree)
+    assert pair[0].total() == leaves.sum() and pair[1].min() == leaves.min()
+    cum = np.cumsum(leaves)
+    total = cum[-1]
+    values = np.concatenate([cum, cum - 0.5, rng.uniform(0, total, 3 * capacity),
+                             [0.0, total, np.nextafter(total, np.inf), 2 * total, np.inf]])
+    values = values[values >= 0]
+    for batch in (values, rng.permutation(values), np.sort(values)):
+        got = pair[0].find_prefixsum(batch)
+        np.testing.assert_array_equal(got, ref_find(leaves, batch))
+        assert np.all(leaves[got] > 0)
+    np.testing.assert_array_equal(pair[0].sample(2 * capacity, np.random.default_rng(0)),
+                                  ref_find(leaves, (np.arange(2 * capacity) + np.random.default_rng(0).random(
+                                      2 * capacity)) * (total / (2 * capacity))))
+
+
+@pytest.mark.parametrize("capacity", [1, 8, 9, 64, 65, 100, 4097])
+def test_all_zero_but_one_leaf(capacity):
+    """Every prefix, even at or beyond the total, finds the only positive
+    leaf, wherever it is (first, last next to the padding, in between), with
+    float priorities that do not sum exactly."""
+    for position in sorted({0, capacity // 2, capacity - 1}):
+        tree = SumTree(capacity)
+        tree.update(position, 0.1)
+        values = np.array([0.0, 0.05, np.nextafter(0.1, 0), 0.1, 0.2, 1e300, np.inf])
+        np.testing.assert_array_equal(tree.find_prefixsum(values), [position] * len(values))
+        np.testing.assert_array_equal(tree.find_prefixsum(np.sort(values)), [position] * len(values))
+        np.testing.assert_array_equal(tree.sample(64, np.random.default_rng(1)), [position] * 64)
+        tree.update(position, 0.0)  # back to all zero: no search
+        with pytest.raises(ValueError, match="total is 0"):
+            tree.find_prefixsum([0.0])
+        check_tree_invariant(tree)
+
+
+@pytest.mark.parametrize("capacity", [9, 65, 513, 1000])
+def test_rounding_near_the_total_stays_in_the_tree(capacity):
+    """Float priorities whose tree sums round differently from a sequential
+    sum: prefixes just below, at and above the total (where rounding can
+    carry a query past a node's sum, towards padding) give a positive leaf,
+    and the last positive leaf at or beyond the total."""
+    rng = np.random.default_rng(capacity)
+    leaves = rng.random(capacity) * 10.0 ** rng.integers(-8, 8, capacity)
+    leaves[-3:] = [1e-9, 0.0, 0.0]  # zeros just before the padding
+    tree = SumTree(capacity)
+    tree.update(np.arange(capacity), leaves)
+    total = tree.total()
+    below = [np.nextafter(total, 0), total * (1 - 1e-15), total * (1 - 1e-16)]
+    values = np.array(below + [total, np.nextafter(total, np.inf), 2 * total])
+    for batch in (values, np.sort(np.concatenate([rng.uniform(0, total, 64), values]))):
+        got = tree.find_prefixsum(batch)
+        assert np.all(leaves[got] > 0)
+        np.testing.assert_array_equal(got[batch >= total], capacity - 3)
 
 
 def test_find_prefixsum_shapes_and_scalars():

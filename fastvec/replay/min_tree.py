@@ -31,4 +31,4 @@ class MinTree(SegmentTree):
 
     def min(self) -> float:
         """Minimum over all leaves (O(1): the root)."""
-        return float(self._heap[1])
+        return float(self._heap[0])

@@ -42,8 +42,8 @@ def update_pair(sum_tree: SegmentTree, min_tree: SegmentTree, indices: Any,
     if idx.shape[0] == 0:
         return
     bad = _kernels.update_pair(sum_tree._leaf_buffer, sum_tree._heap, min_tree._leaf_buffer,
-                               min_tree._heap, sum_tree._bsize, idx, sum_prio, min_prio,
-                               sum_tree.capacity, idx.shape[0])
+                               min_tree._heap, idx, sum_prio, min_prio, sum_tree.capacity,
+                               idx.shape[0])
     if bad >= 0:  # a bad index, else the priority of the tree that rejects it
         if sum_tree._accepts(float(sum_prio[bad])):
             min_tree._raise_bad(idx, min_prio, bad)
@@ -51,8 +51,8 @@ def update_pair(sum_tree: SegmentTree, min_tree: SegmentTree, indices: Any,
 
 
 def _aligned_full(n: int, value: float) -> np.ndarray:
-    """float64 array of ``n`` values starting on a 64-byte boundary (a block of
-    8 leaves is then exactly one cache line)."""
+    """float64 array of ``n`` values starting on a 64-byte boundary (a group of
+    8 siblings is then exactly one cache line)."""
     raw = np.empty(n + 8, dtype=np.float64)
     offset = (-raw.ctypes.data % 64) // 8
     out = raw[offset : offset + n]
@@ -61,13 +61,13 @@ def _aligned_full(n: int, value: float) -> np.ndarray:
 
 
 class SegmentTree:
-    """A binary tree over ``capacity`` float64 leaves keeping an aggregate of them.
+    """An 8-ary tree over ``capacity`` float64 leaves keeping an aggregate of them.
 
     Subclasses fix the operation (sum or min). Leaves are one float64 array
-    (padded to ``8 * bsize`` with the operation's identity, 0 or +inf, so any
-    capacity works); above them an implicit heap of ``2 * bsize`` nodes whose
-    bottom row combines blocks of 8 leaves (one cache line). See
-    ``fastvec/_ext/_segment_tree.pyx`` for the layout and the kernels.
+    (padded to a multiple of 8 with the operation's identity, 0 or +inf, so
+    any capacity works); above them the tree's levels, top-down in one array
+    ``_heap`` (the root at ``_heap[0]``), every group of 8 siblings one cache
+    line. See ``fastvec/_ext/_segment_tree.pyx`` for the layout and the kernels.
     """
 
     _is_min: bool = False
@@ -75,10 +75,9 @@ class SegmentTree:
 
     def __init__(self, capacity: int):
         self.capacity: int = as_capacity(capacity)
-        blocks = (self.capacity + 7) // 8
-        self._bsize: int = 1 << (blocks - 1).bit_length()
-        self._leaf_buffer = _aligned_full(8 * self._bsize, self._identity)
-        self._heap = np.full(2 * self._bsize, self._identity, dtype=np.float64)
+        n_leaves = 8 * ((self.capacity + 7) // 8)
+        self._leaf_buffer = _aligned_full(n_leaves, self._identity)
+        self._heap = _aligned_full(_kernels.heap_size(n_leaves), self._identity)
         self._leaves = self._leaf_buffer[: self.capacity]
 
     def __len__(self) -> int:
@@ -113,8 +112,8 @@ class SegmentTree:
         idx, prio = _flat_batch(indices, priorities)
         if idx.shape[0] == 0:
             return
-        bad = _kernels.update(self._leaf_buffer, self._heap, self._bsize, idx, prio,
-                              self.capacity, self._is_min, idx.shape[0])
+        bad = _kernels.update(self._leaf_buffer, self._heap, idx, prio, self.capacity,
+                              self._is_min, idx.shape[0])
         if bad >= 0:
             self._raise_bad(idx, prio, bad)
 
@@ -131,4 +130,4 @@ class SegmentTree:
         return priority >= 0.0 and (self._is_min or priority != np.inf)
 
     def _rebuild(self) -> None:
-        _kernels.rebuild(self._leaf_buffer, self._heap, self._bsize, self._is_min)
+        _kernels.rebuild(self._leaf_buffer, self._heap, self._is_min)

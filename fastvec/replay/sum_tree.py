@@ -50,10 +50,10 @@ class SumTree(SegmentTree):
 
     def total(self) -> float:
         """Sum of all leaves (O(1): the root)."""
-        return float(self._heap[1])
+        return float(self._heap[0])
 
     def _search(self, values: np.ndarray, scale: float, mode: int) -> np.ndarray:
-        if not self._heap[1] > 0.0:
+        if not self._heap[0] > 0.0:
             raise ValueError(
                 "cannot search a SumTree whose total is 0 (every priority is 0); "
                 "update some leaves with positive priorities first"
@@ -63,11 +63,7 @@ class SumTree(SegmentTree):
         if n == 0:
             return out
         work = np.empty(n, dtype=np.float64)
-        # scratch for the merge of sorted batches: the heap row of ~2n nodes
-        row = min(self._bsize, 1 << ((2 * n).bit_length() - 1))
-        cums = np.empty(row + 1, dtype=np.float64)
-        bad = _kernels.find_prefixsum(self._leaf_buffer, self._heap, self._bsize, values, scale, mode,
-                                      out, work, cums)
+        bad = _kernels.find_prefixsum(self._leaf_buffer, self._heap, values, scale, mode, out, work)
         if bad >= 0:
             raise ValueError(f"prefix values must be >= 0 and not NaN, got {values[bad]} at position {bad}")
         return out
