@@ -273,8 +273,13 @@ cdef extern from *:
                           term, trunc, steps, needs_reset, reset_flag);
         return 1;
     }
-    #if !defined(FV_NO_DISPATCH) && !defined(_MSC_VER) && (defined(__GNUC__) || defined(__clang__)) \
-        && (defined(__x86_64__) || defined(__i386__))
+    /* Only where it is known to work: GCC >= 8 or Clang >= 9 on x86 Linux/BSD.
+       Not on Windows (MinGW GCC does not align the stack for spilled AVX
+       registers) nor macOS (no need to risk __builtin_cpu_supports' runtime
+       there); those build the baseline variant only. */
+    #if !defined(FV_NO_DISPATCH) && (defined(__x86_64__) || defined(__i386__)) \
+        && !defined(_WIN32) && !defined(__APPLE__) \
+        && ((defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 8))
     #define FV_DISPATCH 1
     #if defined(__clang__)
     #define FV_CONTRACT_FAST _Pragma("clang fp contract(fast)")
