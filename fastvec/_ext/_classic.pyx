@@ -1027,26 +1027,31 @@ cdef i64 _chunk_cb(void *ctx, i64 lo, i64 hi) noexcept nogil:
     return _step_range(<Ctx*>ctx, lo, hi)
 
 
-cdef i64 _check_actions(Ctx *c) noexcept nogil:
-    """Index of the first invalid action (or env stepped while done in DISABLED mode), else -1."""
+cdef i64 _check_actions(Ctx *c, i64 lo, i64 hi) noexcept nogil:
+    """Check envs [lo, hi): the index of the first invalid action, else (DISABLED
+    mode) n + the index of the first env stepped while done, else -1."""
     cdef i64 i, n = c.n
     if c.act_i != NULL:
-        i = fv_first_bad_action(c.act_i, n, 2 if c.kind == CARTPOLE else 3)
+        i = fv_first_bad_action(c.act_i + lo, hi - lo, 2 if c.kind == CARTPOLE else 3)
         if i >= 0:
-            return i
+            return lo + i
     elif c.act_f != NULL:
-        for i in range(n):
+        for i in range(lo, hi):
             if c.act_f[i] != c.act_f[i]:
                 return i
     else:
-        for i in range(n):
+        for i in range(lo, hi):
             if c.act_d[i] != c.act_d[i]:
                 return i
     if c.mode == DISABLED:
-        i = fv_first_set(c.needs_reset, n)
+        i = fv_first_set(c.needs_reset + lo, hi - lo)
         if i >= 0:
-            return n + i
+            return n + lo + i
     return -1
+
+
+cdef i64 _check_chunk_cb(void *ctx, i64 lo, i64 hi) noexcept nogil:
+    return _check_actions(<Ctx*>ctx, lo, hi) >= 0
 
 
 cdef class ClassicBatch:
@@ -1189,31 +1194,49 @@ cdef class ClassicBatch:
             return np.ascontiguousarray(arr)
         return np.ascontiguousarray(arr, dtype=np.float64)
 
-    cdef i64 _run(self) except -1:
-        cdef Ctx *c = &self.c
-        cdef i64 n = c.n
+    cdef bint _use_pool(self) except -1:
+        """True if this step runs on the thread pool (started, or restarted after a fork, here)."""
         cdef int nt = self._num_threads
-        cdef i64 total = 0, nchunks
-        if nt <= 1 or n < self.parallel_threshold:
-            if n >= 1024:
-                with nogil:
-                    total = _step_range(c, 0, n)
-            else:
-                total = _step_range(c, 0, n)
-            return total
+        if nt <= 1 or self.c.n < self.parallel_threshold:
+            return False
         if not fv_pool_usable(self._pool) or self._pool.nhelpers != nt - 1:
             fv_pool_free(self._pool)
             self._pool = fv_pool_new(nt - 1)
-            if self._pool == NULL:
-                with nogil:
-                    total = _step_range(c, 0, n)
-                return total
+        return self._pool != NULL
+
+    cdef inline i64 _nchunks(self) noexcept nogil:
         # a few chunks per thread (a late helper still gets some); each env's
         # result depends only on its own state, action and PCG64 stream, so the
         # split never changes the results
-        nchunks = max(1, min(4 * nt, n // 64))
-        with nogil:
-            total = fv_pool_run(self._pool, _chunk_cb, c, n, nchunks)
+        return max(1, min(4 * self._num_threads, self.c.n // 64))
+
+    cdef i64 _check(self, bint pooled) except -2:
+        """_check_actions over all envs; on the pool, the threads screen their chunks
+        and the first bad index (only when there is one) is then found serially."""
+        cdef Ctx *c = &self.c
+        cdef i64 nbad, nchunks = self._nchunks()
+        if pooled:
+            with nogil:
+                nbad = fv_pool_run(self._pool, _check_chunk_cb, c, c.n, nchunks)
+            return _check_actions(c, 0, c.n) if nbad else -1
+        if c.n >= 1024:
+            with nogil:
+                nbad = _check_actions(c, 0, c.n)
+            return nbad
+        return _check_actions(c, 0, c.n)
+
+    cdef i64 _run(self, bint pooled) except -1:
+        cdef Ctx *c = &self.c
+        cdef i64 n = c.n
+        cdef i64 total = 0, nchunks = self._nchunks()
+        if pooled:
+            with nogil:
+                total = fv_pool_run(self._pool, _chunk_cb, c, n, nchunks)
+        elif n >= 1024:
+            with nogil:
+                total = _step_range(c, 0, n)
+        else:
+            total = _step_range(c, 0, n)
         return total
 
     def __dealloc__(self):
@@ -1230,11 +1253,12 @@ cdef class ClassicBatch:
         if not self._was_reset:
             raise ResetNeeded("Cannot call env.step() before calling env.reset()")
         self._bind_actions(actions)
-        cdef i64 bad = _check_actions(&self.c)
+        cdef bint pooled = self._use_pool()
+        cdef i64 bad = self._check(pooled)
         if bad >= 0:
             self._act_ref = None
             self._raise_bad(actions, bad)
-        cdef i64 nreset = self._run()
+        cdef i64 nreset = self._run(pooled)
         self._act_ref = None
         if nreset and self._post:
             infos = self._after_resets(True)
