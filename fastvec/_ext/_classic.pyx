@@ -397,6 +397,7 @@ cdef extern from *:
         int64_t done;     /* atomic: chunks finished */
         int64_t total;    /* atomic: sum of the chunk results */
         int64_t n, nchunks, chunk;
+        int64_t helped;   /* chunks the helpers ran in the last job */
         fv_chunk_fn fn;
         void *ctx;
     } fv_pool;
@@ -519,7 +520,9 @@ cdef extern from *:
         gen = ++p->gen;
         __atomic_store_n(&p->next, ((gen & 0xffffffffULL) << 32) | (uint64_t)nchunks, __ATOMIC_RELEASE);
     #endif
-        while (fv_take(p, gen, 0, &idx)) fv_do(p, idx);
+        int64_t mine = 0;
+        while (fv_take(p, gen, 0, &idx)) { fv_do(p, idx); mine++; }
+        p->helped = nchunks - mine;
         /* wait only for chunks that helpers took and are running */
         for (int spins = 0; __atomic_load_n(&p->done, __ATOMIC_ACQUIRE) < nchunks; spins++) {
     #if FV_HAVE_POOL
@@ -542,6 +545,7 @@ cdef extern from *:
                                 u8 *reset_flag, f64 *rew, u8 *term, u8 *trunc) noexcept nogil
     ctypedef struct fv_pool:
         int nhelpers
+        i64 helped
     ctypedef i64 (*fv_chunk_fn)(void *ctx, i64 lo, i64 hi) noexcept nogil
     fv_pool *fv_pool_new(int nhelpers) noexcept nogil
     void fv_pool_free(fv_pool *p) noexcept nogil
@@ -1212,10 +1216,14 @@ cdef class ClassicBatch:
 
     cdef i64 _check(self, bint pooled) except -2:
         """_check_actions over all envs; on the pool, the threads screen their chunks
-        and the first bad index (only when there is one) is then found serially."""
+        and the first bad index (only when there is one) is then found serially.
+
+        Only when the helpers took part in the last job: on a machine where they
+        do not get a core in time, one more pool round per step would cost more
+        than the serial check."""
         cdef Ctx *c = &self.c
         cdef i64 nbad, nchunks = self._nchunks()
-        if pooled:
+        if pooled and self._pool.helped > 0:
             with nogil:
                 nbad = fv_pool_run(self._pool, _check_chunk_cb, c, c.n, nchunks)
             return _check_actions(c, 0, c.n) if nbad else -1
