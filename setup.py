@@ -2,7 +2,9 @@
 
 Every ``fastvec/_ext/*.pyx`` becomes one extension module. Flags are portable
 (-O3, no -march=native) so that wheels run on any x86-64/aarch64 machine; set
-FASTVEC_NATIVE=1 to add -march=native for a local build.
+FASTVEC_NATIVE=1 to add -march=native for a local build. The fast CartPole
+kernel picks AVX2/AVX-512 variants at run time (GCC/Clang on x86); set
+FASTVEC_NO_DISPATCH=1 to build only the baseline variant (to test it).
 """
 import glob
 import os
@@ -24,12 +26,16 @@ if sys.platform != "win32":
 else:
     compile_args = ["/O2", "/openmp"]
 
+define_macros = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
+if os.environ.get("FASTVEC_NO_DISPATCH") == "1":
+    define_macros.append(("FV_NO_DISPATCH", "1"))
+
 extensions = [
     Extension(
         "fastvec._ext." + os.path.splitext(os.path.basename(path))[0],
         [path],
         include_dirs=[np.get_include()],
-        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+        define_macros=define_macros,
         extra_compile_args=compile_args,
         extra_link_args=link_args,
     )

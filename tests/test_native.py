@@ -302,6 +302,30 @@ def test_threaded_rollout_matches_gymnasium():
 
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
 def test_fast_mode_close_to_exact(mode):
+    _check_fast_close_to_exact(mode)
+
+
+@pytest.mark.parametrize("isa", _classic.fast_isas())
+def test_fast_mode_close_to_exact_on_every_isa(isa):
+    # the fast kernel is dispatched on the CPU's features; check every variant
+    # this machine can run, the baseline one included
+    prev = _classic._set_fast_isa(isa)
+    try:
+        assert _classic.fast_isa() == isa
+        for mode in MODES:
+            _check_fast_close_to_exact(mode)
+    finally:
+        _classic._set_fast_isa(prev)
+
+
+def test_fast_isa_names():
+    assert _classic.fast_isas()[0] == "default"
+    assert _classic.fast_isa() == _classic.fast_isas()[-1]  # the best one by default
+    with pytest.raises(ValueError):
+        _classic._set_fast_isa("sse9")
+
+
+def _check_fast_close_to_exact(mode):
     n = 512
     exact = NativeVectorEnv("CartPole-v1", n, autoreset_mode=mode, num_threads=1)
     fast = NativeVectorEnv("CartPole-v1", n, autoreset_mode=mode, exact=False, num_threads=2)

@@ -65,10 +65,6 @@ cdef extern from *:
     static double fv_pow2(double x) { volatile double two = 2.0; return pow(x, two); }
     static float fv_powf2(float x) { volatile float two = 2.0f; return powf(x, two); }
 
-    /* Fast (exact=False) CartPole over structure-of-arrays state, written in C
-       only to mark the buffers `restrict` so that the compiler vectorises the
-       loop (Cython cannot spell `restrict`). sin/cos are Taylor polynomials,
-       valid for |theta| <= pi/4 (the caller checks; CartPole ends at 0.21 rad). */
     /* Indices i in [lo, hi) with flags[i] != 0, written to idx[0..k); returns k.
        Skips eight zero flags at a time; branch-free inside a non-zero word. */
     static int64_t fv_collect(const uint8_t *restrict flags, int64_t lo, int64_t hi, int64_t *restrict idx) {
@@ -82,10 +78,77 @@ cdef extern from *:
         for (; i < hi; i++) { idx[k] = i; k += flags[i] != 0; }
         return k;
     }
+    /* Fast-mode sin/cos: Taylor polynomials, valid for |theta| <= pi/4 (the
+       caller checks theta**2 <= 0.6 and otherwise takes the exact path). */
+    #define FV_SIN_POLY(th, r2) ((th) * (1.0 + (r2) * (-1.0 / 6.0 + (r2) * (1.0 / 120.0 + (r2) * (-1.0 / 5040.0 + (r2) * ( \
+        1.0 / 362880.0 + (r2) * (-1.0 / 39916800.0 + (r2) * (1.0 / 6227020800.0 + (r2) * (-1.0 / 1307674368000.0)))))))))
+    #define FV_COS_POLY(r2) (1.0 + (r2) * (-0.5 + (r2) * (1.0 / 24.0 + (r2) * (-1.0 / 720.0 + (r2) * ( \
+        1.0 / 40320.0 + (r2) * (-1.0 / 3628800.0 + (r2) * (1.0 / 479001600.0 + (r2) * (-1.0 / 87178291200.0 + (r2) * (1.0 / 20922789888000.0)))))))))
+    /* Index of the first action outside [0, hi), else -1. For hi = 2 or 3 a
+       block is first screened with integer ORs that vectorise (a valid action
+       sets no bit outside `keep`; a | (a + 1) also catches 3 when hi = 3, and
+       any negative sets the sign bit); only a flagged block is scanned. */
+    static int64_t fv_first_bad_action(const int64_t *restrict a, int64_t n, int64_t hi) {
+        const uint64_t add = hi == 3, keep = hi == 2 ? 1u : 3u;
+        for (int64_t b = 0; b < n; b += 4096) {
+            int64_t e = b + 4096 < n ? b + 4096 : n;
+            uint64_t acc = 0;
+            if (hi == 2 || hi == 3)
+                for (int64_t i = b; i < e; i++) acc |= (uint64_t)a[i] | ((uint64_t)a[i] + add);
+            if (acc & ~keep || !(hi == 2 || hi == 3))
+                for (int64_t i = b; i < e; i++)
+                    if (a[i] < 0 || a[i] >= hi) return i;
+        }
+        return -1;
+    }
+    /* Index of the first non-zero flag, else -1 (eight flags at a time). */
+    static int64_t fv_first_set(const uint8_t *restrict flags, int64_t n) {
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            uint64_t w;
+            memcpy(&w, flags + i, 8);
+            if (w != 0) break;
+        }
+        for (; i < n; i++) if (flags[i]) return i;
+        return -1;
+    }
+    /* CartPole NEXT_STEP resets of envs idx[0..k): the draws and arithmetic of
+       the generic reset (state = lo + (hi - lo) * u per component, from env i's
+       PCG64 stream), with `restrict` buffers so that consecutive envs' draws
+       overlap, and the step outputs of a reset env zeroed. */
+    static void fv_cartpole_reset_next(const int64_t *restrict idx, int64_t k, int64_t n,
+            uint64_t *restrict rng, double *restrict state, float *restrict obs,
+            const double *lo, const double *hi, int32_t *restrict steps, uint8_t *restrict needs_reset,
+            uint8_t *restrict reset_flag, double *restrict rew, uint8_t *restrict term, uint8_t *restrict trunc) {
+        const double lo0 = lo[0], lo1 = lo[1], lo2 = lo[2], lo3 = lo[3];
+        const double w0 = hi[0] - lo[0], w1 = hi[1] - lo[1], w2 = hi[2] - lo[2], w3 = hi[3] - lo[3];
+        for (int64_t j = 0; j < k; j++) {
+            int64_t i = idx[j];
+            uint64_t *s = rng + 4 * i;
+    #if defined(__GNUC__) || defined(__clang__)
+            /* the PCG64 states are only touched here, so they are rarely in cache */
+            if (j + 8 < k) __builtin_prefetch(rng + 4 * idx[j + 8], 1);
+    #endif
+            double a = lo0 + w0 * fv_next_double(s);
+            double b = lo1 + w1 * fv_next_double(s);
+            double c = lo2 + w2 * fv_next_double(s);
+            double d = lo3 + w3 * fv_next_double(s);
+            state[i] = a; state[n + i] = b; state[2 * n + i] = c; state[3 * n + i] = d;
+            obs[4 * i] = (float)a; obs[4 * i + 1] = (float)b; obs[4 * i + 2] = (float)c; obs[4 * i + 3] = (float)d;
+            steps[i] = 0; needs_reset[i] = 0; reset_flag[i] = 1;
+            rew[i] = 0.0; term[i] = 0; trunc[i] = 0;
+        }
+    }
+    /* 1 if some x[i]**2 > lim2. An integer OR of the comparison masks: it
+       vectorises, and unlike a float sum it is not one long chain of adds. */
+    #define FV_ANY_BEYOND(x, lo, hi, lim2, out) { \
+        int64_t acc_ = 0; \
+        for (int64_t i_ = (lo); i_ < (hi); i_++) acc_ |= (int64_t)((x)[i_] * (x)[i_] > (lim2)); \
+        (out) = acc_ != 0; }
     static int fv_any_beyond(const double *restrict x, int64_t lo, int64_t hi, double lim2) {
-        double acc = 0.0;  /* a count of 0/1, written so that it vectorises */
-        for (int64_t i = lo; i < hi; i++) { double v = x[i] * x[i]; acc += (v > lim2) ? 1.0 : 0.0; }
-        return acc > 0.0;
+        int r;
+        FV_ANY_BEYOND(x, lo, hi, lim2, r)
+        return r;
     }
     /* CartPole over structure-of-arrays state, blocks of 256 envs: sin/cos
        first (libm per env when exact, a vectorised Taylor polynomial when not,
@@ -116,10 +179,8 @@ cdef extern from *:
             } else {
                 for (int64_t i = b; i < e; i++) {
                     double th = TH[i], r2 = th * th;
-                    S[i - b] = th * (1.0 + r2 * (-1.0 / 6.0 + r2 * (1.0 / 120.0 + r2 * (-1.0 / 5040.0 + r2 * (
-                        1.0 / 362880.0 + r2 * (-1.0 / 39916800.0 + r2 * (1.0 / 6227020800.0 + r2 * (-1.0 / 1307674368000.0))))))));
-                    C[i - b] = 1.0 + r2 * (-0.5 + r2 * (1.0 / 24.0 + r2 * (-1.0 / 720.0 + r2 * (
-                        1.0 / 40320.0 + r2 * (-1.0 / 3628800.0 + r2 * (1.0 / 479001600.0 + r2 * (-1.0 / 87178291200.0 + r2 * (1.0 / 20922789888000.0))))))));
+                    S[i - b] = FV_SIN_POLY(th, r2);
+                    C[i - b] = FV_COS_POLY(r2);
                 }
             }
             if (!exact) {
@@ -188,6 +249,115 @@ cdef extern from *:
             needs_reset[i] = (uint8_t)(term[i] | tr);
         }
     }
+    /* Fast mode (exact=False) with runtime CPU dispatch. Wheels are built for
+       baseline x86-64 (SSE2: 2 doubles per vector); on AVX2 / AVX-512 machines
+       the fast block is also compiled for those ISAs (4 / 8 doubles per
+       vector, FMA contraction allowed: the fast mode is not bit-exact anyway)
+       and picked once from the CPU's features. The exact mode never goes
+       through these clones, so its IEEE results do not depend on the CPU.
+       The clones run one fused loop (dynamics, obs, reward, termination,
+       TimeLimit, flags), which the wider ISAs vectorise whole (SSE2 cannot
+       narrow float64 masks to bytes, hence the split loops above). */
+    #define FV_FAST_ARGS (int64_t lo, int64_t hi, const double *prm, int sutton, int32_t max_steps, \
+            double *restrict X, double *restrict XD, double *restrict TH, double *restrict THD, \
+            const int64_t *restrict act64, float *restrict obs, double *restrict rew, \
+            uint8_t *restrict term, uint8_t *restrict trunc, int32_t *restrict steps, \
+            uint8_t *restrict needs_reset, uint8_t *restrict reset_flag)
+    typedef int (*fv_fast_fn) FV_FAST_ARGS;
+    /* The polynomials hold for |theta| <= pi/4 (theta**2 <= 0.6 < (pi/4)**2):
+       each returns 0 without stepping when some theta is beyond (the caller
+       then steps the range exactly), 1 after stepping. */
+    static int fv_cartpole_fast_default FV_FAST_ARGS {
+        if (fv_any_beyond(TH, lo, hi, 0.6)) return 0;
+        fv_cartpole_block(lo, hi, 0, prm, sutton, max_steps, X, XD, TH, THD, act64, obs, rew,
+                          term, trunc, steps, needs_reset, reset_flag);
+        return 1;
+    }
+    /* Only where it is known to work: GCC >= 8 or Clang >= 9 on x86 Linux/BSD.
+       Not on Windows (MinGW GCC does not align the stack for spilled AVX
+       registers) nor macOS (no need to risk __builtin_cpu_supports' runtime
+       there); those build the baseline variant only. */
+    #if !defined(FV_NO_DISPATCH) && (defined(__x86_64__) || defined(__i386__)) \
+        && !defined(_WIN32) && !defined(__APPLE__) \
+        && ((defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 8))
+    #define FV_DISPATCH 1
+    #if defined(__clang__)
+    #define FV_CONTRACT_FAST _Pragma("clang fp contract(fast)")
+    #else
+    #define FV_CONTRACT_FAST
+    #endif
+    #define FV_FAST_BODY { \
+        FV_CONTRACT_FAST \
+        int beyond; \
+        FV_ANY_BEYOND(TH, lo, hi, 0.6, beyond) \
+        if (beyond) return 0; \
+        const double g = prm[0], mp = prm[1], tm = prm[2], ln = prm[3], pml = prm[4]; \
+        const double fm = prm[5], tau = prm[6], thr = prm[7], xthr = prm[8]; \
+        const double rew_live = sutton ? 0.0 : 1.0, rew_dead = sutton ? -1.0 : 1.0; \
+        const double itm = 1.0 / tm, k43 = ln * (4.0 / 3.0), kmp = ln * mp * itm, kx = pml * itm; \
+        const int32_t *restrict act = (const int32_t *)act64; /* low words, as above (x86: little-endian) */ \
+        for (int64_t i = lo; i < hi; i++) { \
+            double x = X[i], xd = XD[i], th = TH[i], thd = THD[i]; \
+            double r2 = th * th, st = FV_SIN_POLY(th, r2), ct = FV_COS_POLY(r2); \
+            double force = fm * (double)(2 * act[2 * i] - 1); \
+            double temp = (force + pml * (thd * thd) * st) * itm; \
+            double thacc = (g * st - ct * temp) / (k43 - kmp * (ct * ct)); \
+            double xacc = temp - kx * thacc * ct; \
+            x = x + tau * xd; xd = xd + tau * xacc; th = th + tau * thd; thd = thd + tau * thacc; \
+            X[i] = x; XD[i] = xd; TH[i] = th; THD[i] = thd; \
+            obs[4 * i] = (float)x; obs[4 * i + 1] = (float)xd; obs[4 * i + 2] = (float)th; obs[4 * i + 3] = (float)thd; \
+            int t = (x < -xthr) | (x > xthr) | (th < -thr) | (th > thr); \
+            rew[i] = t ? rew_dead : rew_live; \
+            int32_t s = steps[i] + 1; \
+            int tr = s >= max_steps; \
+            steps[i] = s; \
+            term[i] = (uint8_t)t; \
+            trunc[i] = (uint8_t)tr; \
+            reset_flag[i] = 0; \
+            needs_reset[i] = (uint8_t)(t | tr); \
+        } \
+        return 1; }
+    __attribute__((target("avx2,fma"))) static int fv_cartpole_fast_avx2 FV_FAST_ARGS FV_FAST_BODY
+    __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma"))) static int fv_cartpole_fast_avx512 FV_FAST_ARGS FV_FAST_BODY
+    #endif
+    /* ISA levels: 0 default (baseline), 1 AVX2+FMA, 2 AVX-512 (F/VL/BW/DQ) */
+    static const char *const fv_isa_names[3] = {"default", "avx2", "avx512"};
+    static int fv_isa_max = 0;  /* best level this CPU (and build) supports */
+    static fv_fast_fn fv_fast_impl = fv_cartpole_fast_default;
+    static int fv_fast_level = 0;
+    /* Pick the level (clamped to what the CPU supports); -1 = best. Returns the level set. */
+    static int fv_fast_select(int level) {
+        static const fv_fast_fn impls[3] = {
+            fv_cartpole_fast_default,
+    #if defined(FV_DISPATCH)
+            fv_cartpole_fast_avx2, fv_cartpole_fast_avx512
+    #else
+            fv_cartpole_fast_default, fv_cartpole_fast_default
+    #endif
+        };
+        if (level < 0 || level > fv_isa_max) level = fv_isa_max;
+        fv_fast_level = level;
+        fv_fast_impl = impls[level];
+        return level;
+    }
+    /* Called once at import. __builtin_cpu_supports also checks that the OS saves the wide registers. */
+    static void fv_fast_init(void) {
+    #if defined(FV_DISPATCH)
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+            fv_isa_max = 1;
+            if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")
+                    && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq"))
+                fv_isa_max = 2;
+        }
+    #endif
+        fv_fast_select(-1);
+    }
+    static const char *fv_fast_name(int level) { return fv_isa_names[level < 0 || level > 2 ? 0 : level]; }
+    static int fv_cartpole_fast FV_FAST_ARGS {
+        return fv_fast_impl(lo, hi, prm, sutton, max_steps, X, XD, TH, THD, act64, obs, rew,
+                     term, trunc, steps, needs_reset, reset_flag);
+    }
     /* ------------------------------------------------------------------
        A small thread pool whose caller never waits for a helper that has not
        started: the caller and the helpers take chunks from one atomic counter
@@ -195,6 +365,10 @@ cdef extern from *:
        a helper has actually taken. On an oversubscribed machine (2 cores shared
        by several processes) a helper that is not scheduled in time simply gets
        no work, where a fork-join barrier (OpenMP) would stall for a time slice.
+       The caller takes chunks from the front and the helpers from the back, so
+       with one helper each thread steps about the same envs every call and
+       finds their state in its own core's cache (16384 CartPole envs are ~1.8
+       MB of buffers: too much for one L2, half of it fits).
        ------------------------------------------------------------------ */
     #if defined(_WIN32)
     #define FV_HAVE_POOL 0
@@ -207,7 +381,7 @@ cdef extern from *:
     #endif
     typedef int64_t (*fv_chunk_fn)(void *ctx, int64_t lo, int64_t hi);
     #define FV_MAX_HELPERS 63
-    #define FV_CLOSED 0xffffffffULL
+    #define FV_MAX_CHUNKS 0xffff
     #define FV_SPIN 5000
     typedef struct fv_pool {
     #if FV_HAVE_POOL
@@ -219,21 +393,23 @@ cdef extern from *:
         int stop;
         long pid;         /* process that started the helpers (a forked child has none) */
         uint64_t gen;     /* job generation (written under mu) */
-        uint64_t next;    /* atomic: (gen << 32) | next chunk index, or FV_CLOSED in the low bits */
+        uint64_t next;    /* atomic: (gen << 32) | (front << 16) | back: chunks [front, back) are left */
         int64_t done;     /* atomic: chunks finished */
         int64_t total;    /* atomic: sum of the chunk results */
         int64_t n, nchunks, chunk;
+        int64_t helped;   /* chunks the helpers ran in the last job */
         fv_chunk_fn fn;
         void *ctx;
     } fv_pool;
 
-    static int fv_take(fv_pool *p, uint64_t gen, int64_t *idx) {
+    static int fv_take(fv_pool *p, uint64_t gen, int from_back, int64_t *idx) {
         uint64_t v = __atomic_load_n(&p->next, __ATOMIC_ACQUIRE);
         for (;;) {
-            uint64_t i = v & 0xffffffffULL;
-            if ((v >> 32) != (gen & 0xffffffffULL) || i == FV_CLOSED || (int64_t)i >= p->nchunks) return 0;
-            if (__atomic_compare_exchange_n(&p->next, &v, v + 1, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-                *idx = (int64_t)i;
+            uint64_t front = (v >> 16) & 0xffffULL, back = v & 0xffffULL;
+            if ((v >> 32) != (gen & 0xffffffffULL) || front >= back) return 0;
+            uint64_t nv = from_back ? v - 1 : v + (1ULL << 16);
+            if (__atomic_compare_exchange_n(&p->next, &v, nv, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+                *idx = (int64_t)(from_back ? back - 1 : front);
                 return 1;
             }
         }
@@ -258,13 +434,13 @@ cdef extern from *:
             seen = p->gen;
             pthread_mutex_unlock(&p->mu);
             for (;;) {
-                while (fv_take(p, seen, &idx)) fv_do(p, idx);
+                while (fv_take(p, seen, 1, &idx)) fv_do(p, idx);
                 /* stay awake a few microseconds for the next job, so
                    back-to-back steps do not pay a wake-up each; then sleep */
                 int found = 0;
                 for (int spin = 0; spin < FV_SPIN && !found; spin++) {
                     uint64_t v = __atomic_load_n(&p->next, __ATOMIC_ACQUIRE);
-                    found = (v >> 32) != (seen & 0xffffffffULL) && (v & 0xffffffffULL) != FV_CLOSED;
+                    found = (v >> 32) != (seen & 0xffffffffULL) && ((v >> 16) & 0xffffULL) < (v & 0xffffULL);
                     if (__atomic_load_n(&p->stop, __ATOMIC_RELAXED)) break;
                 }
                 if (!found) break;
@@ -285,7 +461,7 @@ cdef extern from *:
         if (!p) return NULL;
         pthread_mutex_init(&p->mu, NULL);
         pthread_cond_init(&p->cv, NULL);
-        p->next = FV_CLOSED;
+        p->next = 0;  /* no chunks left */
         p->pid = (long)getpid();
         for (int k = 0; k < nhelpers; k++) {
             if (pthread_create(&p->threads[k], NULL, fv_helper, p) != 0) break;
@@ -325,6 +501,7 @@ cdef extern from *:
     static int64_t fv_pool_run(fv_pool *p, fv_chunk_fn fn, void *ctx, int64_t n, int64_t nchunks) {
         int64_t idx;
         uint64_t gen;
+        if (nchunks > FV_MAX_CHUNKS) nchunks = FV_MAX_CHUNKS;
         p->fn = fn;
         p->ctx = ctx;
         p->n = n;
@@ -336,21 +513,23 @@ cdef extern from *:
         pthread_mutex_lock(&p->mu);
         gen = p->gen + 1;
         __atomic_store_n(&p->gen, gen, __ATOMIC_RELEASE);
-        __atomic_store_n(&p->next, (gen & 0xffffffffULL) << 32, __ATOMIC_RELEASE);
+        __atomic_store_n(&p->next, ((gen & 0xffffffffULL) << 32) | (uint64_t)nchunks, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->mu);
     #else
         gen = ++p->gen;
-        __atomic_store_n(&p->next, (gen & 0xffffffffULL) << 32, __ATOMIC_RELEASE);
+        __atomic_store_n(&p->next, ((gen & 0xffffffffULL) << 32) | (uint64_t)nchunks, __ATOMIC_RELEASE);
     #endif
-        while (fv_take(p, gen, &idx)) fv_do(p, idx);
+        int64_t mine = 0;
+        while (fv_take(p, gen, 0, &idx)) { fv_do(p, idx); mine++; }
+        p->helped = nchunks - mine;
         /* wait only for chunks that helpers took and are running */
         for (int spins = 0; __atomic_load_n(&p->done, __ATOMIC_ACQUIRE) < nchunks; spins++) {
     #if FV_HAVE_POOL
             if (spins > 2000) sched_yield();
     #endif
         }
-        __atomic_store_n(&p->next, ((gen & 0xffffffffULL) << 32) | FV_CLOSED, __ATOMIC_RELEASE);
+        __atomic_store_n(&p->next, (gen & 0xffffffffULL) << 32, __ATOMIC_RELEASE);  /* none left */
         return __atomic_load_n(&p->total, __ATOMIC_RELAXED);
     }
     """
@@ -358,10 +537,15 @@ cdef extern from *:
     double fv_next_double(uint64_t *s) noexcept nogil
     double fv_pow2(double x) noexcept nogil
     float fv_powf2(float x) noexcept nogil
-    int fv_any_beyond(const f64 *x, i64 lo, i64 hi, f64 lim2) noexcept nogil
     i64 fv_collect(const u8 *flags, i64 lo, i64 hi, i64 *idx) noexcept nogil
+    i64 fv_first_bad_action(const i64 *a, i64 n, i64 hi) noexcept nogil
+    i64 fv_first_set(const u8 *flags, i64 n) noexcept nogil
+    void fv_cartpole_reset_next(const i64 *idx, i64 k, i64 n, uint64_t *rng, f64 *state, f32 *obs,
+                                const f64 *lo, const f64 *hi, i32 *steps, u8 *needs_reset,
+                                u8 *reset_flag, f64 *rew, u8 *term, u8 *trunc) noexcept nogil
     ctypedef struct fv_pool:
         int nhelpers
+        i64 helped
     ctypedef i64 (*fv_chunk_fn)(void *ctx, i64 lo, i64 hi) noexcept nogil
     fv_pool *fv_pool_new(int nhelpers) noexcept nogil
     void fv_pool_free(fv_pool *p) noexcept nogil
@@ -370,6 +554,14 @@ cdef extern from *:
     void fv_cartpole_block(i64 lo, i64 hi, int exact, const f64 *prm, int sutton, i32 max_steps,
                           f64 *X, f64 *XD, f64 *TH, f64 *THD, const i64 *act, f32 *obs, f64 *rew,
                           u8 *term, u8 *trunc, i32 *steps, u8 *needs_reset, u8 *reset_flag) noexcept nogil
+    int fv_cartpole_fast(i64 lo, i64 hi, const f64 *prm, int sutton, i32 max_steps,
+                          f64 *X, f64 *XD, f64 *TH, f64 *THD, const i64 *act, f32 *obs, f64 *rew,
+                          u8 *term, u8 *trunc, i32 *steps, u8 *needs_reset, u8 *reset_flag) noexcept nogil
+    void fv_fast_init() noexcept nogil
+    int fv_fast_select(int level) noexcept nogil
+    const char *fv_fast_name(int level) noexcept nogil
+    int fv_isa_max
+    int fv_fast_level
 
 # Env kinds (also the index used by fastvec.envs).
 DEF CARTPOLE = 0
@@ -811,22 +1003,18 @@ cdef i64 _cartpole_block_range(Ctx *c, i64 start, i64 end) noexcept nogil:
     cdef i64 n = c.n, i, j, nidx = 0
     cdef i64 *idx = c.scratch
     cdef int d = 4, k
-    cdef int exact = not c.fast
-    # the polynomials hold for |theta| <= pi/4 (theta**2 <= 0.6 < (pi/4)**2); beyond, use libm
-    if not exact and fv_any_beyond(c.state + 2 * n, start, end, 0.6):
-        exact = 1
     if c.mode == NEXT_STEP:
         nidx = fv_collect(c.needs_reset, start, end, idx + start)
-    fv_cartpole_block(start, end, exact, c.p, c.flag0, c.max_steps, c.state, c.state + n,
-                      c.state + 2 * n, c.state + 3 * n, c.act_i, c.obs, c.rew, c.term,
-                      c.trunc, c.steps, c.needs_reset, c.reset_flag)
+    # fast mode steps unless some |theta| is beyond its polynomials' range (then: libm)
+    if not (c.fast and fv_cartpole_fast(start, end, c.p, c.flag0, c.max_steps, c.state, c.state + n,
+                                        c.state + 2 * n, c.state + 3 * n, c.act_i, c.obs, c.rew,
+                                        c.term, c.trunc, c.steps, c.needs_reset, c.reset_flag)):
+        fv_cartpole_block(start, end, 1, c.p, c.flag0, c.max_steps, c.state, c.state + n,
+                          c.state + 2 * n, c.state + 3 * n, c.act_i, c.obs, c.rew, c.term,
+                          c.trunc, c.steps, c.needs_reset, c.reset_flag)
     if c.mode == NEXT_STEP:
-        for j in range(nidx):
-            i = idx[start + j]
-            _reset_one(c, i)
-            c.rew[i] = 0.0
-            c.term[i] = 0
-            c.trunc[i] = 0
+        fv_cartpole_reset_next(idx + start, nidx, n, c.rng, c.state, c.obs, c.lo, c.hi, c.steps,
+                               c.needs_reset, c.reset_flag, c.rew, c.term, c.trunc)
         return nidx
     if c.mode == SAME_STEP:
         for i in range(start, end):
@@ -843,28 +1031,31 @@ cdef i64 _chunk_cb(void *ctx, i64 lo, i64 hi) noexcept nogil:
     return _step_range(<Ctx*>ctx, lo, hi)
 
 
-cdef i64 _check_actions(Ctx *c) noexcept nogil:
-    """Index of the first invalid action (or env stepped while done in DISABLED mode), else -1."""
+cdef i64 _check_actions(Ctx *c, i64 lo, i64 hi) noexcept nogil:
+    """Check envs [lo, hi): the index of the first invalid action, else (DISABLED
+    mode) n + the index of the first env stepped while done, else -1."""
     cdef i64 i, n = c.n
-    cdef i64 hi
     if c.act_i != NULL:
-        hi = 2 if c.kind == CARTPOLE else 3
-        for i in range(n):
-            if c.act_i[i] < 0 or c.act_i[i] >= hi:
-                return i
+        i = fv_first_bad_action(c.act_i + lo, hi - lo, 2 if c.kind == CARTPOLE else 3)
+        if i >= 0:
+            return lo + i
     elif c.act_f != NULL:
-        for i in range(n):
+        for i in range(lo, hi):
             if c.act_f[i] != c.act_f[i]:
                 return i
     else:
-        for i in range(n):
+        for i in range(lo, hi):
             if c.act_d[i] != c.act_d[i]:
                 return i
     if c.mode == DISABLED:
-        for i in range(n):
-            if c.needs_reset[i]:
-                return n + i
+        i = fv_first_set(c.needs_reset + lo, hi - lo)
+        if i >= 0:
+            return n + lo + i
     return -1
+
+
+cdef i64 _check_chunk_cb(void *ctx, i64 lo, i64 hi) noexcept nogil:
+    return _check_actions(<Ctx*>ctx, lo, hi) >= 0
 
 
 cdef class ClassicBatch:
@@ -1007,31 +1198,53 @@ cdef class ClassicBatch:
             return np.ascontiguousarray(arr)
         return np.ascontiguousarray(arr, dtype=np.float64)
 
-    cdef i64 _run(self) except -1:
-        cdef Ctx *c = &self.c
-        cdef i64 n = c.n
+    cdef bint _use_pool(self) except -1:
+        """True if this step runs on the thread pool (started, or restarted after a fork, here)."""
         cdef int nt = self._num_threads
-        cdef i64 total = 0, nchunks
-        if nt <= 1 or n < self.parallel_threshold:
-            if n >= 1024:
-                with nogil:
-                    total = _step_range(c, 0, n)
-            else:
-                total = _step_range(c, 0, n)
-            return total
+        if nt <= 1 or self.c.n < self.parallel_threshold:
+            return False
         if not fv_pool_usable(self._pool) or self._pool.nhelpers != nt - 1:
             fv_pool_free(self._pool)
             self._pool = fv_pool_new(nt - 1)
-            if self._pool == NULL:
-                with nogil:
-                    total = _step_range(c, 0, n)
-                return total
+        return self._pool != NULL
+
+    cdef inline i64 _nchunks(self) noexcept nogil:
         # a few chunks per thread (a late helper still gets some); each env's
         # result depends only on its own state, action and PCG64 stream, so the
         # split never changes the results
-        nchunks = max(1, min(4 * nt, n // 64))
-        with nogil:
-            total = fv_pool_run(self._pool, _chunk_cb, c, n, nchunks)
+        return max(1, min(4 * self._num_threads, self.c.n // 64))
+
+    cdef i64 _check(self, bint pooled) except -2:
+        """_check_actions over all envs; on the pool, the threads screen their chunks
+        and the first bad index (only when there is one) is then found serially.
+
+        Only when the helpers took part in the last job: on a machine where they
+        do not get a core in time, one more pool round per step would cost more
+        than the serial check."""
+        cdef Ctx *c = &self.c
+        cdef i64 nbad, nchunks = self._nchunks()
+        if pooled and self._pool.helped > 0:
+            with nogil:
+                nbad = fv_pool_run(self._pool, _check_chunk_cb, c, c.n, nchunks)
+            return _check_actions(c, 0, c.n) if nbad else -1
+        if c.n >= 1024:
+            with nogil:
+                nbad = _check_actions(c, 0, c.n)
+            return nbad
+        return _check_actions(c, 0, c.n)
+
+    cdef i64 _run(self, bint pooled) except -1:
+        cdef Ctx *c = &self.c
+        cdef i64 n = c.n
+        cdef i64 total = 0, nchunks = self._nchunks()
+        if pooled:
+            with nogil:
+                total = fv_pool_run(self._pool, _chunk_cb, c, n, nchunks)
+        elif n >= 1024:
+            with nogil:
+                total = _step_range(c, 0, n)
+        else:
+            total = _step_range(c, 0, n)
         return total
 
     def __dealloc__(self):
@@ -1048,11 +1261,12 @@ cdef class ClassicBatch:
         if not self._was_reset:
             raise ResetNeeded("Cannot call env.step() before calling env.reset()")
         self._bind_actions(actions)
-        cdef i64 bad = _check_actions(&self.c)
+        cdef bint pooled = self._use_pool()
+        cdef i64 bad = self._check(pooled)
         if bad >= 0:
             self._act_ref = None
             self._raise_bad(actions, bad)
-        cdef i64 nreset = self._run()
+        cdef i64 nreset = self._run(pooled)
         self._act_ref = None
         if nreset and self._post:
             infos = self._after_resets(True)
@@ -1110,3 +1324,29 @@ def pcg64_next_doubles(uint64_t[::1] s, i64 k):
     for j in range(k):
         o[j] = fv_next_double(&s[0])
     return out
+
+
+fv_fast_init()
+
+
+def fast_isa():
+    """Name of the instruction set the fast (exact=False) CartPole kernel uses."""
+    return fv_fast_name(fv_fast_level).decode()
+
+
+def fast_isas():
+    """Instruction sets of the fast kernel this CPU and build can run, baseline first."""
+    return [fv_fast_name(k).decode() for k in range(fv_isa_max + 1)]
+
+
+def _set_fast_isa(name):
+    """Force the fast kernel onto one ISA (tests / benchmarks); None = the best. Returns the previous name."""
+    prev = fast_isa()
+    names = fast_isas()
+    if name is None:
+        fv_fast_select(-1)
+    elif name in names:
+        fv_fast_select(names.index(name))
+    else:
+        raise ValueError(f"fast ISA {name!r} not available here; available: {names}")
+    return prev
