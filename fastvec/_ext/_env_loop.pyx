@@ -91,8 +91,11 @@ cdef class EnvLoop:
         self.autoreset = autoreset
         self.current = None
 
-    def step(self, list actions not None):
+    def step(self, object actions not None):
         """Step env j with ``actions[j]`` (autoreset as the mode says); returns the events.
+
+        ``actions``: a list, or an ndarray whose rows are the actions (indexing it
+        gives what iterating it gives, as SyncVectorEnv's ``iterate`` hands them out).
 
         An event ``(env index, final, info)`` is emitted for each env whose info is
         non-empty or (SAME_STEP) that ended this step, ``final`` then being its

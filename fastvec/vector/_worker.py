@@ -107,12 +107,12 @@ class _Worker:
         return Status.OK, None
 
     # -- helpers --------------------------------------------------------------------
-    def _read_actions(self) -> list:
+    def _read_actions(self) -> list | np.ndarray:
         """Per-env actions, as SyncVectorEnv's ``iterate`` hands them to the envs."""
         # A private copy: the parent may overwrite the shared slab before an env is done with it.
         leaves = [np.array(slab) for slab in self.act_slabs]
         if self.act_layout.is_leaf:
-            return list(leaves[0])
+            return leaves[0]  # EnvLoop indexes it: the rows iterating it would give
         columns = [list(leaf) for leaf in leaves]
         return [self.act_layout.join(values) for values in zip(*columns)]
 
