@@ -184,11 +184,14 @@ cdef const uint8_t *_mask_of(cnp.ndarray mask, Py_ssize_t workers, str name) exc
     return <const uint8_t *>cnp.PyArray_DATA(mask)
 
 
-cdef inline uint32_t *_worker_row(cnp.ndarray ctrl, Py_ssize_t worker) except NULL:
+cdef inline uint32_t *_worker_row(cnp.ndarray ctrl, Py_ssize_t worker, uint32_t **shared=NULL) except NULL:
+    """Worker ``worker``'s control row (range-checked); ``shared`` gets the last, shared row."""
     cdef Py_ssize_t workers
     cdef uint32_t *base = _ctrl_of(ctrl, &workers)
     if not 0 <= worker < workers:
         raise IndexError(f"worker {worker} out of range [0, {workers})")
+    if shared != NULL:
+        shared[0] = _row(base, workers)
     return _row(base, worker)
 
 
@@ -339,10 +342,8 @@ def wait_command(cnp.ndarray ctrl not None, Py_ssize_t worker, uint32_t last_seq
 
 def finish_command(cnp.ndarray ctrl not None, Py_ssize_t worker, uint32_t seq, uint32_t status):
     """Worker side: publish ``status`` and mark command ``seq`` done (results are in the buffer)."""
-    cdef Py_ssize_t workers
-    cdef uint32_t *base = _ctrl_of(ctrl, &workers)
-    cdef uint32_t *row = _worker_row(ctrl, worker)
-    cdef uint32_t *shared = _row(base, workers)
+    cdef uint32_t *shared
+    cdef uint32_t *row = _worker_row(ctrl, worker, &shared)
     fv_store(&row[STATUS], status)
     _publish(&row[DONE_SEQ], seq, &row[PARENT_SLEEPING])
     fv_increment(&shared[ANY_DONE])
@@ -400,10 +401,11 @@ ctypedef fused action_int:
     cnp.int64_t
 
 
-cdef Py_ssize_t _first_out_of_range(const action_int[::1] values, const cnp.int64_t[::1] low,
-                                    const cnp.int64_t[::1] high) noexcept nogil:
-    cdef Py_ssize_t i, k = 0, width = low.shape[0]
-    for i in range(values.shape[0]):
+cdef Py_ssize_t _first_out_of_range(const action_int *values, Py_ssize_t n, const cnp.int64_t *low,
+                                    const cnp.int64_t *high, Py_ssize_t width) noexcept nogil:
+    """Index of the first values[i] outside [low[i % width], high[i % width]], or -1."""
+    cdef Py_ssize_t i, k = 0
+    for i in range(n):
         if values[i] < low[k] or values[i] > high[k]:
             return i
         k += 1
@@ -423,7 +425,8 @@ def first_out_of_range(const action_int[::1] values not None, const cnp.int64_t[
         raise ValueError(f"bounds of length {low.shape[0]}/{high.shape[0]} do not tile {values.shape[0]} values")
     cdef Py_ssize_t bad
     with nogil:
-        bad = _first_out_of_range(values, low, high)
+        bad = _first_out_of_range(&values[0] if values.shape[0] else NULL, values.shape[0],
+                                  &low[0], &high[0], low.shape[0])
     return bad
 
 
@@ -437,12 +440,10 @@ def copy_int_actions(object src, cnp.ndarray dst not None, cnp.ndarray low not N
     nothing and return False: the caller's general path then converts, checks
     and explains, exactly as before.
     """
-    cdef Py_ssize_t i, k = 0, n, width
+    cdef Py_ssize_t n
     cdef int d
     cdef cnp.ndarray a
     cdef const cnp.int64_t *values
-    cdef const cnp.int64_t *lo
-    cdef const cnp.int64_t *hi
     if (cnp.PyArray_TYPE(dst) != cnp.NPY_INT64 or not cnp.PyArray_IS_C_CONTIGUOUS(dst)
             or cnp.PyArray_TYPE(low) != cnp.NPY_INT64 or cnp.PyArray_TYPE(high) != cnp.NPY_INT64
             or not cnp.PyArray_IS_C_CONTIGUOUS(low) or not cnp.PyArray_IS_C_CONTIGUOUS(high)
@@ -459,15 +460,9 @@ def copy_int_actions(object src, cnp.ndarray dst not None, cnp.ndarray low not N
         if cnp.PyArray_DIMS(a)[d] != cnp.PyArray_DIMS(dst)[d]:
             return False
     n = cnp.PyArray_SIZE(a)
-    width = cnp.PyArray_SIZE(low)
     values = <const cnp.int64_t *>cnp.PyArray_DATA(a)
-    lo = <const cnp.int64_t *>cnp.PyArray_DATA(low)
-    hi = <const cnp.int64_t *>cnp.PyArray_DATA(high)
-    for i in range(n):
-        if values[i] < lo[k] or values[i] > hi[k]:
-            return False
-        k += 1
-        if k == width:
-            k = 0
+    if _first_out_of_range(values, n, <const cnp.int64_t *>cnp.PyArray_DATA(low),
+                           <const cnp.int64_t *>cnp.PyArray_DATA(high), cnp.PyArray_SIZE(low)) >= 0:
+        return False
     memcpy(cnp.PyArray_DATA(dst), values, n * sizeof(cnp.int64_t))
     return True

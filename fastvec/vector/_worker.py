@@ -42,7 +42,6 @@ class _Worker:
         self.first = first
         self.stop = first + len(envs)
         self.pipe = pipe
-        self.mode = autoreset_mode
         self.buffer = buffer
         self.ctrl = buffer["ctrl"]
         self.spin_s = spin_s
