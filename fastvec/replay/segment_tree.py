@@ -11,21 +11,23 @@ from fastvec.replay._validate import as_capacity, as_float64, as_indices
 __all__ = ["SegmentTree"]
 
 
-def _flat_batch(indices: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Contiguous 1-D int64 indices and float64 priorities of the same length
-    (a scalar priority is broadcast); TypeError/ValueError for bad input."""
+def _flat_batch(indices: Any, *priorities: Any) -> tuple[np.ndarray, ...]:
+    """Contiguous 1-D int64 indices, then each priority batch as contiguous float64
+    of the same length (a scalar priority is broadcast); TypeError/ValueError for bad input."""
     idx = as_indices(indices)
-    prio = as_float64(priorities, "priorities")
-    if prio.shape != idx.shape:
-        if prio.ndim == 0:
-            prio = np.broadcast_to(prio, idx.shape)
-        else:
-            raise ValueError(
-                f"priorities must have the shape of indices {idx.shape} (or be a scalar), "
-                f"got shape {prio.shape}"
-            )
-    return (np.ascontiguousarray(idx.reshape(-1), dtype=np.int64),
-            np.ascontiguousarray(prio.reshape(-1)))
+    flat = []
+    for batch in priorities:
+        prio = as_float64(batch, "priorities")
+        if prio.shape != idx.shape:
+            if prio.ndim == 0:
+                prio = np.broadcast_to(prio, idx.shape)
+            else:
+                raise ValueError(
+                    f"priorities must have the shape of indices {idx.shape} (or be a scalar), "
+                    f"got shape {prio.shape}"
+                )
+        flat.append(np.ascontiguousarray(prio.reshape(-1)))
+    return (np.ascontiguousarray(idx.reshape(-1), dtype=np.int64), *flat)
 
 
 def update_pair(sum_tree: SegmentTree, min_tree: SegmentTree, indices: Any,
@@ -37,8 +39,7 @@ def update_pair(sum_tree: SegmentTree, min_tree: SegmentTree, indices: Any,
     if sum_tree._is_min or not min_tree._is_min or sum_tree.capacity != min_tree.capacity:
         raise ValueError(f"update_pair needs a sum and a min tree of the same capacity, "
                          f"got {sum_tree!r} and {min_tree!r}")
-    idx, sum_prio = _flat_batch(indices, sum_priorities)
-    _, min_prio = _flat_batch(indices, min_priorities)
+    idx, sum_prio, min_prio = _flat_batch(indices, sum_priorities, min_priorities)
     if idx.shape[0] == 0:
         return
     bad = _kernels.update_pair(sum_tree._leaf_buffer, sum_tree._heap, min_tree._leaf_buffer,
