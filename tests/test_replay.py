@@ -104,17 +104,22 @@ def test_sum_and_min_trees_match_numpy_over_update_sequences(capacity, data):
             # exact boundaries (cumulative sums), the total itself, beyond it
             cum = np.cumsum(leaves)
             values = np.concatenate([values, cum, [total, total * 2, np.inf, 0.0]])
-            got = sum_tree.find_prefixsum(values)
+            # threads search contiguous chunks of at least 64 queries each
+            num_threads = data.draw(st.sampled_from([1, 2, 3]))
+            values = np.concatenate([values] * data.draw(st.sampled_from([1, 3])))
+            got = sum_tree.find_prefixsum(values, num_threads=num_threads)
             np.testing.assert_array_equal(got, ref_find(leaves, values))
             assert np.all(leaves[got] > 0)
             # sorted batches take the merge path
             values = np.sort(values)
-            np.testing.assert_array_equal(sum_tree.find_prefixsum(values), ref_find(leaves, values))
+            np.testing.assert_array_equal(sum_tree.find_prefixsum(values, num_threads=num_threads),
+                                          ref_find(leaves, values))
 
 
 @settings(max_examples=60, deadline=None)
-@given(capacity=capacities, seed=st.integers(0, 2**32 - 1), zero_fraction=st.sampled_from([0.0, 0.5, 0.95]))
-def test_find_prefixsum_random_floats_within_rounding(capacity, seed, zero_fraction):
+@given(capacity=capacities, seed=st.integers(0, 2**32 - 1), zero_fraction=st.sampled_from([0.0, 0.5, 0.95]),
+       num_threads=st.sampled_from([1, 2, 3]))
+def test_find_prefixsum_random_floats_within_rounding(capacity, seed, zero_fraction, num_threads):
     """With arbitrary floats the tree's partial sums round differently from
     cumsum: the answer must be a positive leaf whose cumulative interval holds
     the value up to that rounding, and equal the exact answer away from it."""
@@ -130,7 +135,7 @@ def test_find_prefixsum_random_floats_within_rounding(capacity, seed, zero_fract
     values = np.concatenate([rng.uniform(0, total, 200), [0.0, total, np.nextafter(total, 0), 10 * total]])
     if seed % 2:
         values = np.sort(values)  # the merge path for sorted batches
-    got = tree.find_prefixsum(values)
+    got = tree.find_prefixsum(values, num_threads=num_threads)
     assert np.all(leaves[got] > 0)
     cum = np.cumsum(leaves)
     lo = np.where(got > 0, cum[np.maximum(got - 1, 0)], 0.0)
@@ -171,6 +176,17 @@ def test_large_tree_matches_numpy_batched_and_one_by_one():
     got = tree.sample(4096, np.random.default_rng(3))
     u = np.random.default_rng(3).random(4096)
     np.testing.assert_array_equal(got, ref_find(leaves, (np.arange(4096) + u) * (leaves.sum() / 4096)))
+    # on threads: each chunk of the batch is searched on its own
+    for num_threads in (2, 3, 64, 1000):
+        np.testing.assert_array_equal(tree.sample(4096, np.random.default_rng(3), num_threads=num_threads), got)
+        np.testing.assert_array_equal(tree.find_prefixsum(values[::-1], num_threads=num_threads),
+                                      ref_find(leaves, values[::-1]))
+        unsorted = tree.sample(4096, np.random.default_rng(4), stratified=False, num_threads=num_threads)
+        u = np.random.default_rng(4).random(4096)
+        np.testing.assert_array_equal(unsorted, ref_find(leaves, u * leaves.sum()))
+        # the kernel also hands back each leaf's value (the replay buffer's weights use it)
+        idx, values_at = tree._sample(4096, np.random.default_rng(5), False, num_threads)
+        np.testing.assert_array_equal(values_at, leaves[idx])
 
 
 def test_capacity_one():
@@ -439,6 +455,12 @@ def test_sum_tree_rejects_inf_priority_and_bad_prefixes():
         tree.find_prefixsum([np.nan])
     with pytest.raises(ValueError, match="batch_size must be >= 1"):
         tree.sample(0)
+    with pytest.raises(ValueError, match="num_threads must be >= 1, got 0"):
+        tree.find_prefixsum([0.5], num_threads=0)
+    with pytest.raises(TypeError, match="num_threads must be a positive int"):
+        tree.sample(4, num_threads=1.5)
+    with pytest.raises(ValueError, match="prefix values must be >= 0 and not NaN, got nan at position 300"):
+        tree.find_prefixsum(np.r_[np.zeros(300), np.nan], num_threads=2)
 
 
 def test_float64_sums_at_large_capacity():

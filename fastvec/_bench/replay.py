@@ -183,6 +183,9 @@ def run(quick: bool) -> None:
     fv_find = median_time(cycling(s_tree.find_prefixsum, values_pool), repeats, number=pool)
     fv_find_sorted = median_time(cycling(s_tree.find_prefixsum, sorted_pool), repeats, number=pool)
     fv_sample = median_time(lambda: s_tree.sample(batch, sample_rng), repeats, number=pool)
+    fv_find_sorted_2 = median_time(cycling(lambda v: s_tree.find_prefixsum(v, num_threads=2), sorted_pool),
+                                   repeats, number=pool)
+    fv_sample_2 = median_time(lambda: s_tree.sample(batch, sample_rng, num_threads=2), repeats, number=pool)
 
     np_s, np_m = NumpySegmentTree(capacity, False), NumpySegmentTree(capacity, True)
     np_s.tree[np_s.size:np_s.size + capacity] = init
@@ -230,6 +233,10 @@ def run(quick: bool) -> None:
          fmt_time(fv_find_sorted), ratio(fv_find_sorted, fv_find), "SumTree.find_prefixsum"),
         ("  (SumTree.sample: rng.random + stratified search)", "", "",
          fmt_time(fv_sample), ratio(fv_sample, fv_find), ""),
+        ("  (sorted prefix values, num_threads=2)", "", "",
+         fmt_time(fv_find_sorted_2), ratio(fv_find_sorted_2, fv_find), "2 OpenMP threads"),
+        ("  (SumTree.sample, num_threads=2)", "", "",
+         fmt_time(fv_sample_2), ratio(fv_sample_2, fv_find), "2 OpenMP threads"),
         ("classic pure-Python segment tree", fmt_time(py_upd), ratio(py_upd, fv_upd),
          fmt_time(py_find), ratio(py_find, fv_find), "one index at a time"),
         ("NumPy heap, level by level (fancy indexing)", fmt_time(np_upd), ratio(np_upd, fv_upd),
@@ -266,6 +273,9 @@ def run(quick: bool) -> None:
         buffer.add(obs, act, rew, obs, flags, flags)
     add_t = median_time(lambda: buffer.add(obs, act, rew, obs, flags, flags), repeats, number=5)
     sample_t = median_time(lambda: buffer.sample(batch), repeats, number=5)
+    buffer.num_threads = 2
+    sample_t2 = median_time(lambda: buffer.sample(batch), repeats, number=5)
+    buffer.num_threads = 1
     sampled_pool = [buffer.sample(batch).indices for _ in range(pool)]  # fresh indices at each call
     upd_t = median_time(cycling(buffer.update_priorities, sampled_pool, prio_pool), repeats, number=pool)
     print_table(
@@ -273,5 +283,6 @@ def run(quick: bool) -> None:
         ["operation", "time (median)"],
         [(f"add a vector-env step of {n_env} transitions", fmt_time(add_t)),
          (f"sample({batch}) (batch + indices + IS weights)", fmt_time(sample_t)),
+         (f"sample({batch}), num_threads=2 (the tree search on 2 threads)", fmt_time(sample_t2)),
          (f"update_priorities({batch})", fmt_time(upd_t))],
     )

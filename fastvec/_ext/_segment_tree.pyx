@@ -56,6 +56,7 @@ prefix values) run inside the kernels before anything is written, and come
 back as the position of the first bad element so that the front end can
 raise a precise error.
 """
+from cython.parallel cimport prange
 from libc.math cimport INFINITY
 
 from fastvec._ext._types cimport f64, i64
@@ -319,7 +320,7 @@ cdef inline i64 _descend_guarded(const _Tree* t, int depth, f64 v, bint beyond) 
     return node
 
 
-cdef inline f64 _prefix(const f64[::1] values, Py_ssize_t k, f64 scale, int mode) noexcept nogil:
+cdef inline f64 _prefix(const f64* values, Py_ssize_t k, f64 scale, int mode) noexcept nogil:
     """The prefix value of query ``k`` (as _prepare computes it)."""
     if mode == 0:
         return values[k]
@@ -328,18 +329,27 @@ cdef inline f64 _prefix(const f64[::1] values, Py_ssize_t k, f64 scale, int mode
     return (<f64> k + values[k]) * scale
 
 
+# Queries that descend together, level by level: the lines each one picks are
+# prefetched for the next level while the rest of its group works, and a
+# group's lines (64 per level) stay in L1 until they are read.
+cdef enum:
+    _SEARCH_GROUP = 64
+
+
 cdef void _descend(
     const _Tree* t,
     const Py_ssize_t* count,
     int depth,
-    const f64[::1] values,
+    const f64* values,
     f64 scale,
     int mode,
-    f64[::1] work,              # OUT scratch: remaining prefix per query
-    i64[::1] out,               # OUT leaf index per query
+    Py_ssize_t lo,              # the queries lo..hi-1 of the batch
+    Py_ssize_t hi,
+    f64* work,                  # OUT remaining prefix per query; at the end its leaf's value
+    i64* out,                   # OUT leaf index per query
 ) noexcept nogil:
-    cdef Py_ssize_t n = work.shape[0]
-    cdef Py_ssize_t k
+    cdef Py_ssize_t n = hi - lo
+    cdef Py_ssize_t k, g, g_end
     cdef int lev
     cdef i64 node, last
     cdef f64 x
@@ -351,7 +361,7 @@ cdef void _descend(
     cdef f64 cum, nxt
     cdef const f64* row
     cdef bint ascending = True
-    for k in range(1, n):
+    for k in range(lo + 1, hi):
         ascending &= work[k - 1] <= work[k]
     while start > 1 and count[start - 1] <= 2 * n:
         start -= 1
@@ -367,7 +377,7 @@ cdef void _descend(
         j = 0
         cum = 0.0
         nxt = row[0]
-        for k in range(n):
+        for k in range(lo, hi):
             x = work[k]
             while j < m - 1 and nxt <= x:
                 j += 1
@@ -378,33 +388,43 @@ cdef void _descend(
             FASTVEC_PREFETCH(t.level[start - 1] + 8 * j)
     else:
         start = depth
-        for k in range(n):
+        for k in range(lo, hi):
             out[k] = 0
-    for lev in range(start, 0, -1):
-        # one level per pass: the node at level ``lev`` reads its line of
-        # children at level lev-1, and prefetches the line of the child it
-        # picked, which the next pass reads
-        children = t.level[lev - 1]
-        grandchildren = t.level[lev - 2] if lev >= 2 else NULL
-        last = count[lev - 1] - 1
-        for k in range(n):
-            x = work[k]
-            node = 8 * out[k] + _pick(children + 8 * out[k], &x)
-            # A prefix at or (by rounding) beyond a node's sum picks its 8th
-            # child, which may be padding: its subtree is not stored. Stay on
-            # the last real node (a cmov); the fix-up redoes such queries
-            # when it matters (beyond the total, or a zero leaf).
-            node = node if node < last else last
-            work[k] = x
-            out[k] = node
-            if lev >= 2:
-                FASTVEC_PREFETCH(grandchildren + 8 * node)
+    g = lo
+    while g < hi:
+        g_end = g + _SEARCH_GROUP if g + _SEARCH_GROUP < hi else hi
+        for lev in range(start, 0, -1):
+            # one level per pass over the group: the node at level ``lev``
+            # reads its line of children at level lev-1, and prefetches the
+            # line of the child it picked, which the next pass reads
+            children = t.level[lev - 1]
+            grandchildren = t.level[lev - 2] if lev >= 2 else NULL
+            last = count[lev - 1] - 1
+            for k in range(g, g_end):
+                x = work[k]
+                node = 8 * out[k] + _pick(children + 8 * out[k], &x)
+                # A prefix at or (by rounding) beyond a node's sum picks its 8th
+                # child, which may be padding: its subtree is not stored. Stay on
+                # the last real node (a cmov); the fix-up redoes such queries
+                # when it matters (beyond the total, or a zero leaf).
+                node = node if node < last else last
+                work[k] = x
+                out[k] = node
+                if lev >= 2:
+                    FASTVEC_PREFETCH(grandchildren + 8 * node)
+        g = g_end
     # Redo what the unguarded descent may get wrong: prefixes at or beyond
     # the total, and zero leaves reached through rounding.
-    for k in range(n):
+    # The same loop leaves each query's leaf value in ``work`` (its line was
+    # just read), so that the replay buffer needs no second gather.
+    cdef f64 leaf
+    for k in range(lo, hi):
         x = _prefix(values, k, scale, mode)
-        if x >= total or not (t.level[0][out[k]] > 0.0):
+        leaf = t.level[0][out[k]]
+        if x >= total or not (leaf > 0.0):
             out[k] = _descend_guarded(t, depth, x, x >= total)
+            leaf = t.level[0][out[k]]
+        work[k] = leaf
 
 
 # --------------------------------------------------------------------------- wrappers
@@ -506,11 +526,14 @@ def rebuild(f64[::1] leaves, f64[::1] heap, bint is_min):
 
 
 def find_prefixsum(f64[::1] leaves, f64[::1] heap, const f64[::1] values, f64 scale, int mode,
-                   i64[::1] out, f64[::1] work):
+                   i64[::1] out, f64[::1] work, int num_threads=1):
     """Batched search (``mode`` as in _prepare) in a sum tree; the root must
-    be positive. Fills ``out`` with leaf indices. Returns -1, or the first
-    invalid prefix position (mode 0), and then ``out`` is left unspecified.
-    (``leaves`` and ``heap`` are only read.)"""
+    be positive. Fills ``out`` with leaf indices and ``work`` with their
+    values. Returns -1, or the first invalid prefix position (mode 0), and
+    then ``out`` and ``work`` are left unspecified.
+    (``leaves`` and ``heap`` are only read.) With ``num_threads`` > 1 the
+    batch is cut into that many contiguous chunks (of at least a group of
+    queries each) searched on OpenMP threads."""
     cdef _Tree tree
     cdef Py_ssize_t count[_MAX_LEVELS]
     cdef int depth
@@ -521,9 +544,24 @@ def find_prefixsum(f64[::1] leaves, f64[::1] heap, const f64[::1] values, f64 sc
                          f"the number of values ({n})")
     if not heap[0] > 0.0:
         raise ValueError("the tree's total is not positive")
-    cdef Py_ssize_t bad
+    if num_threads < 1:
+        raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+    if n == 0:
+        return -1
+    cdef Py_ssize_t bad, c
+    # at least a group of queries per chunk (smaller ones are not worth a thread)
+    cdef Py_ssize_t most = (n + _SEARCH_GROUP - 1) // _SEARCH_GROUP
+    cdef int nchunks = num_threads if num_threads < most else <int> most
+    cdef const f64* v = &values[0]
+    cdef f64* w = &work[0]
+    cdef i64* o = &out[0]
     with nogil:
         bad = _prepare(values, work, scale, mode)
         if bad < 0:
-            _descend(&tree, count, depth, values, scale, mode, work, out)
+            if nchunks == 1:
+                _descend(&tree, count, depth, v, scale, mode, 0, n, w, o)
+            else:
+                for c in prange(nchunks, num_threads=nchunks, schedule="static"):
+                    _descend(&tree, count, depth, v, scale, mode,
+                             c * n // nchunks, (c + 1) * n // nchunks, w, o)
     return bad

@@ -52,6 +52,9 @@ class PrioritizedReplayBuffer:
         beta: default importance-sampling exponent for :meth:`sample`.
         eps: added to every priority given to :meth:`update_priorities`.
         seed: seed of the buffer's ``numpy.random.Generator``.
+        num_threads: threads of :meth:`sample`'s tree search (see
+            :meth:`SumTree.find_prefixsum`; 1, the default, runs it in the
+            calling thread).
 
     Example:
         >>> import gymnasium as gym
@@ -85,8 +88,10 @@ class PrioritizedReplayBuffer:
         *,
         eps: float = 1e-6,
         seed: int | None = None,
+        num_threads: int = 1,
     ):
         self.capacity = as_capacity(capacity)
+        self.num_threads = as_capacity(num_threads, "num_threads")
         if not isinstance(observation_space, gspaces.Space):
             raise TypeError(f"observation_space must be a gymnasium Space, got {observation_space!r}")
         if not isinstance(action_space, gspaces.Space):
@@ -219,8 +224,7 @@ class PrioritizedReplayBuffer:
         if not self._sum_tree.total() > 0:
             raise ValueError("cannot sample: every stored transition has priority 0 (eps=0 and "
                              "update_priorities gave zeros); use eps > 0 or positive priorities")
-        indices = self._sum_tree.sample(batch_size, self._rng)
-        p = self._sum_tree[indices]
+        indices, p = self._sum_tree._sample(batch_size, self._rng, True, self.num_threads)
         weights = (p / self._min_tree.min()) ** (-beta)
         take = lambda arrays: [a.take(indices, axis=0) for a in arrays]  # noqa: E731 (take: 10x a[idx])
         batch = Transitions(
