@@ -28,6 +28,10 @@ from fastvec.vector._shared_buffer import SharedBuffer
 
 # Names `call` must not reach: they have their own commands (as in AsyncVectorEnv).
 RESERVED_CALLS = ("reset", "step", "close", "_setattr", "_check_spaces")
+# Module aliases: an enum member lookup costs ~0.2 µs on Python 3.11, and the
+# step path reads these once per step.
+_OK, _MESSAGE = Status.OK, Status.MESSAGE
+_STEP = Command.STEP
 _LOOP_MODES = {
     AutoresetMode.NEXT_STEP: _env_loop.NEXT_STEP,
     AutoresetMode.SAME_STEP: _env_loop.SAME_STEP,
@@ -109,9 +113,9 @@ class _Worker:
     def _read_actions(self) -> list | np.ndarray:
         """Per-env actions, as SyncVectorEnv's ``iterate`` hands them to the envs."""
         # A private copy: the parent may overwrite the shared slab before an env is done with it.
-        leaves = [np.array(slab) for slab in self.act_slabs]
         if self.act_layout.is_leaf:
-            return leaves[0]  # EnvLoop indexes it: the rows iterating it would give
+            return np.array(self.act_slabs[0])  # EnvLoop indexes it: the rows iterating it would give
+        leaves = [np.array(slab) for slab in self.act_slabs]
         columns = [list(leaf) for leaf in leaves]
         return [self.act_layout.join(values) for values in zip(*columns)]
 
@@ -133,8 +137,8 @@ class _Worker:
             self._explain_bad_observation(exc)
             raise
         if events:
-            return Status.MESSAGE, (None, events)
-        return Status.OK, None
+            return _MESSAGE, (None, events)
+        return _OK, None
 
 
     def _explain_bad_observation(self, exc: Exception) -> None:
@@ -233,7 +237,7 @@ def _serve(worker: _Worker, parent_pid: int) -> None:
         seq, command = got
         phase = "step"
         try:
-            if command == Command.STEP:
+            if command == _STEP:
                 status, reply = worker.step()
             elif command == Command.PIPE:
                 name, payload = pipe.recv()
@@ -260,7 +264,7 @@ def _serve(worker: _Worker, parent_pid: int) -> None:
                 continue
             return
         _sync.finish_command(ctrl, index, seq, status)
-        if status == Status.MESSAGE:
+        if status == _MESSAGE:
             pipe.send(reply)
 
 
