@@ -150,6 +150,33 @@ def test_find_prefixsum_random_floats_within_rounding(capacity, seed, zero_fract
     np.testing.assert_array_equal(got[far], ref[far])
 
 
+@settings(max_examples=80, deadline=None)
+@given(capacity=st.integers(64, 20_000), batch=st.integers(1, 3000), seed=st.integers(0, 2**32 - 1),
+       shape=st.sampled_from(["uniform", "zero_blocks", "one_heavy", "sparse"]),
+       num_threads=st.sampled_from([1, 2, 3]))
+def test_stratified_sample_matches_numpy(capacity, batch, seed, shape, num_threads):
+    """sample() finds the nodes of one level from the strata instead of a
+    merge: the same leaves as searchsorted on the stratified prefixes, for
+    priorities that leave whole subtrees empty or put most of the mass on
+    one leaf (many prefixes in one node, many nodes between two prefixes)."""
+    rng = np.random.default_rng(seed)
+    leaves = rng.integers(1, 100, capacity).astype(np.float64)
+    if shape == "zero_blocks":
+        for start in rng.integers(0, capacity, 8):
+            leaves[start:start + rng.integers(1, 2000)] = 0.0
+    elif shape == "one_heavy":
+        leaves[rng.integers(capacity)] = 1e9
+    elif shape == "sparse":
+        leaves[rng.random(capacity) < 0.97] = 0.0
+    if not leaves.any():
+        leaves[rng.integers(capacity)] = 3.0
+    tree = SumTree(capacity)
+    tree.update(np.arange(capacity), leaves)
+    got = tree.sample(batch, np.random.default_rng(seed + 1), num_threads=num_threads)
+    u = np.random.default_rng(seed + 1).random(batch)
+    np.testing.assert_array_equal(got, ref_find(leaves, (np.arange(batch) + u) * (leaves.sum() / batch)))
+
+
 def test_large_tree_matches_numpy_batched_and_one_by_one():
     rng = np.random.default_rng(7)
     capacity = 100_003  # not a power of two
