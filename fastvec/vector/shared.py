@@ -57,6 +57,7 @@ _DEFAULT, _WAITING_RESET, _WAITING_STEP = _State.DEFAULT, _State.WAITING_RESET, 
 _STEP = Command.STEP
 _OK, _MESSAGE, _ERROR, _CALL_ERROR = Status.OK, Status.MESSAGE, Status.ERROR, Status.CALL_ERROR
 
+
 def _usable_cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
