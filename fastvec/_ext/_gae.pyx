@@ -32,9 +32,11 @@ from cython.parallel cimport prange
 from libc.math cimport exp, expf
 from libc.stdint cimport uintptr_t
 
+from fastvec._ext._omp cimport fv_omp_install_fork_guard, fv_omp_threads
 from fastvec._ext._types cimport f32, f64, u8, floating
 
 cnp.import_array()
+fv_omp_install_fork_guard()
 
 cdef extern from *:
     """
@@ -697,12 +699,12 @@ cdef int _threads(object num_threads, Py_ssize_t size, Py_ssize_t N) except -1:
     if num_threads is None:
         cap = fastvec_gae_max_threads()
         n = <int>min(<Py_ssize_t>cap, size // PAR_MIN_PER_THREAD, N // PAR_MIN_COLS)
-        return n if n > 1 else 1
+        return fv_omp_threads(n) if n > 1 else 1
     n = num_threads
     if n < 1:
         raise ValueError(f"num_threads must be >= 1 or None, got {num_threads}")
     n = <int>min(<Py_ssize_t>n, (N + 15) // 16)  # whole cache lines per thread
-    return n if n > 1 else 1
+    return fv_omp_threads(n) if n > 1 else 1  # (1 in a forked child: see _omp.pxd)
 
 
 # ----------------------------------------------------------------------------

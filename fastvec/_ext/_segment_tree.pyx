@@ -59,7 +59,10 @@ raise a precise error.
 from cython.parallel cimport prange
 from libc.math cimport INFINITY
 
+from fastvec._ext._omp cimport fv_omp_install_fork_guard, fv_omp_threads
 from fastvec._ext._types cimport f64, i64
+
+fv_omp_install_fork_guard()
 
 cdef extern from *:
     """
@@ -630,6 +633,7 @@ def find_prefixsum(f64[::1] leaves, f64[::1] heap, const f64[::1] values, f64 sc
     # at least a group of queries per chunk (smaller ones are not worth a thread)
     cdef Py_ssize_t most = (n + _SEARCH_GROUP - 1) // _SEARCH_GROUP
     cdef int nchunks = num_threads if num_threads < most else <int> most
+    nchunks = fv_omp_threads(nchunks)  # 1 in a forked child: see _omp.pxd
     cdef const f64* v = &values[0]
     cdef f64* w = &work[0]
     cdef i64* o = &out[0]
