@@ -114,7 +114,12 @@ class _Worker:
         """Per-env actions, as SyncVectorEnv's ``iterate`` hands them to the envs."""
         # A private copy: the parent may overwrite the shared slab before an env is done with it.
         if self.act_layout.is_leaf:
-            return np.array(self.act_slabs[0])  # EnvLoop indexes it: the rows iterating it would give
+            slab = self.act_slabs[0]
+            if slab.ndim == 1:
+                # One number per env (Discrete): EnvLoop's ``slab[j]`` is already a NumPy
+                # scalar holding a copy of the value, as iterating a copy would give.
+                return slab
+            return np.array(slab)  # EnvLoop indexes it: the rows iterating it would give
         leaves = [np.array(slab) for slab in self.act_slabs]
         columns = [list(leaf) for leaf in leaves]
         return [self.act_layout.join(values) for values in zip(*columns)]
