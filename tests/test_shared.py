@@ -83,6 +83,47 @@ def test_parity_odd_reward_and_flag_types(mode, step_in_caller):
     assert episodes > 20
 
 
+class OddObservationsEnv(OddTypesEnv):
+    """Observations the env loop cannot copy straight into its row, now and then: float64
+    arrays, lists, a strided view, a big-endian array, one that it reuses and mutates."""
+
+    def __init__(self):
+        self._buf = np.zeros(4, np.float32)
+
+    def _odd(self, obs):
+        k = int(self.np_random.integers(0, 6))
+        if k == 0:
+            return obs.astype(np.float64)  # NumPy casts it on stacking
+        if k == 1:
+            return obs.tolist()
+        if k == 2:
+            self._buf[::2] = obs
+            return self._buf[::2]  # not contiguous, and mutated by the next step
+        if k == 3:
+            return obs.astype(">f4")
+        return obs  # exact: the loop copies it itself
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = super().reset(seed=seed, options=options)
+        return self._odd(obs), info
+
+    def step(self, action):
+        obs, *rest = super().step(action)
+        return [self._odd(obs), *rest]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+@pytest.mark.parametrize("step_in_caller", [True, False])
+def test_parity_observations_of_other_types(mode, step_in_caller):
+    # Exact ndarrays are copied into the shared slab by the env loop as they come;
+    # any other observation makes the worker stack them all with NumPy's casts.
+    fns = [OddObservationsEnv for _ in range(4)]
+    ref = SyncVectorEnv(fns, autoreset_mode=mode)
+    with FastVectorEnv(fns, num_workers=2, autoreset_mode=mode, step_in_caller=step_in_caller) as env:
+        episodes = run_side_by_side(ref, env, seed=11, steps=80)
+    assert episodes > 20
+
+
 @pytest.mark.parametrize("failing", [1, 2], ids=["in-caller", "in-worker"])
 def test_env_error_names_the_failing_env(failing):
     class FailsAtOneEnv(OddTypesEnv):

@@ -17,6 +17,8 @@ same errors), and an env that raises leaves its global index in ``current``.
 cimport numpy as cnp
 from cpython.float cimport PyFloat_AS_DOUBLE
 
+from fastvec._ext._rows cimport copy_row, fits_row, row_bytes
+
 cnp.import_array()
 
 # Autoreset modes, as fastvec.vector._worker passes them.
@@ -56,7 +58,11 @@ cdef class EnvLoop:
 
     ``rewards`` (float64), ``terminations`` and ``truncations`` (bool) are the
     worker's rows of the shared slabs; ``last_obs`` and ``autoreset`` are the
-    worker's per-env lists, updated in place.
+    worker's per-env lists, updated in place. ``observations`` (optional): the
+    worker's rows of a single-leaf observation slab; each env's observation is
+    copied there as soon as the env returns it (while it is in cache), and
+    ``obs_written`` says after a step whether every one could be (an ndarray of
+    exactly the row's dtype and shape); if not, the worker stacks them all.
     """
     cdef list envs
     cdef Py_ssize_t first
@@ -67,11 +73,14 @@ cdef class EnvLoop:
     cdef cnp.npy_bool *truncs
     cdef list last_obs
     cdef list autoreset
+    cdef object obs_arr         # cnp.ndarray or None
+    cdef Py_ssize_t obs_row_bytes
     cdef public object current
+    cdef public bint obs_written
 
     def __init__(self, list envs not None, Py_ssize_t first, int mode, cnp.ndarray rewards not None,
                  cnp.ndarray terminations not None, cnp.ndarray truncations not None,
-                 list last_obs not None, list autoreset not None):
+                 list last_obs not None, list autoreset not None, cnp.ndarray observations=None):
         cdef Py_ssize_t n = len(envs)
         if mode not in (NEXT_STEP, SAME_STEP, DISABLED):
             raise ValueError(f"unknown autoreset mode code {mode}")
@@ -90,6 +99,16 @@ cdef class EnvLoop:
         self.last_obs = last_obs
         self.autoreset = autoreset
         self.current = None
+        self.obs_written = False
+        self.obs_arr = None
+        if observations is not None:
+            if (cnp.PyArray_NDIM(observations) < 1 or cnp.PyArray_DIMS(observations)[0] != n
+                    or not cnp.PyArray_IS_C_CONTIGUOUS(observations)
+                    or not cnp.PyArray_ISWRITEABLE(observations)):
+                raise ValueError(f"observations must be a writeable C-contiguous array of {n} rows, "
+                                 f"got shape {(<object> observations).shape}")
+            self.obs_arr = observations
+            self.obs_row_bytes = row_bytes(observations)
 
     def step(self, object actions not None):
         """Step env j with ``actions[j]`` (autoreset as the mode says); returns the events.
@@ -105,6 +124,7 @@ cdef class EnvLoop:
         cdef list events = []
         cdef object env, obs, reward, terminated, truncated, info, final
         cdef bint done
+        cdef bint written = self.obs_arr is not None
         if len(actions) != n:
             raise ValueError(f"{len(actions)} actions for {n} envs")
         self.current = None
@@ -129,10 +149,16 @@ cdef class EnvLoop:
                         final = (obs, info)
                         obs, info = env.reset()
                 self.last_obs[j] = obs
+                if written:
+                    if fits_row(obs, <cnp.ndarray> self.obs_arr):
+                        copy_row(obs, <cnp.ndarray> self.obs_arr, j, self.obs_row_bytes)
+                    else:
+                        written = False  # the worker stacks them all (NumPy's casts)
                 self.autoreset[j] = done
                 if final is not None or info:
                     events.append((self.first + j, final, info))
         except BaseException:
             self.current = self.first + j
             raise
+        self.obs_written = written
         return events

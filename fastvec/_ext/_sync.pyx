@@ -22,9 +22,11 @@ steals the time slice the process it waits for needs (REFERENCES.md measured
 1-12k SPS for that on 2 cores).
 """
 from libc.stdint cimport uint32_t, uint8_t
-from libc.string cimport memcpy  # stack_rows
+from libc.string cimport memcpy
 
 cimport numpy as cnp
+
+from fastvec._ext._rows cimport copy_row, fits_row, row_bytes
 
 cnp.import_array()
 
@@ -367,30 +369,16 @@ def stack_rows(list rows not None, cnp.ndarray out not None):  # out: OUT
     scalar, another dtype, ...); the caller then falls back to ``np.stack``,
     which casts the way Gymnasium's ``concatenate`` does.
     """
-    cdef Py_ssize_t n = len(rows), i, k
-    cdef Py_ssize_t row_bytes
-    cdef int ndim = cnp.PyArray_NDIM(out) - 1
-    cdef cnp.npy_intp *shape = cnp.PyArray_DIMS(out)
-    cdef cnp.ndarray row
-    cdef char *dst = <char *>cnp.PyArray_DATA(out)
-    if cnp.PyArray_DIMS(out)[0] != n or not cnp.PyArray_IS_C_CONTIGUOUS(out) or ndim < 0:
+    cdef Py_ssize_t n = len(rows), i
+    cdef Py_ssize_t nbytes
+    if cnp.PyArray_DIMS(out)[0] != n or not cnp.PyArray_IS_C_CONTIGUOUS(out) or cnp.PyArray_NDIM(out) < 1:
         raise ValueError(f"out must be C-contiguous with {n} rows, got shape {(<object>out).shape}")
-    row_bytes = cnp.PyArray_ITEMSIZE(out)
-    for k in range(ndim):
-        row_bytes *= shape[k + 1]
     for i in range(n):
-        item = rows[i]
-        if type(item) is not cnp.ndarray:
+        if not fits_row(rows[i], out):
             return False
-        row = <cnp.ndarray>item
-        if (cnp.PyArray_NDIM(row) != ndim or not cnp.PyArray_IS_C_CONTIGUOUS(row)
-                or cnp.PyArray_TYPE(row) != cnp.PyArray_TYPE(out) or not cnp.PyArray_ISNOTSWAPPED(row)):
-            return False
-        for k in range(ndim):
-            if cnp.PyArray_DIMS(row)[k] != shape[k + 1]:
-                return False
+    nbytes = row_bytes(out)
     for i in range(n):
-        memcpy(dst + i * row_bytes, cnp.PyArray_DATA(<cnp.ndarray>rows[i]), row_bytes)
+        copy_row(rows[i], out, i, nbytes)
     return True
 
 

@@ -6,6 +6,7 @@ DONE_SEQ. Everything else (reset seeds and options, call/get_attr/set_attr,
 infos, errors) travels on the worker's pipe, announced by the STATUS word.
 """
 from enum import IntEnum
+from multiprocessing.reduction import ForkingPickler
 
 # Word indices in a worker's control row (fastvec/_ext/_sync.pyx uses the same).
 CMD_SEQ, CMD, DONE_SEQ, STATUS, WORKER_SLEEPING, PARENT_SLEEPING = range(6)
@@ -36,3 +37,14 @@ RECOVERABLE = ("call", "setattr")
 
 # Seconds a waiter blocks before it checks that the other side still lives.
 LIVENESS_INTERVAL = 0.1
+
+
+def send(conn, obj) -> None:
+    """``conn.send(obj)`` with pickle protocol 5 (``conn.recv()`` reads it as usual).
+
+    Under the default protocol 4, NumPy pickles an array of non-native byte order
+    (``>f4``) so that it comes back native (``float32``): a big-endian observation in
+    an info, or on the pipe with ``shared_memory=False``, would not be what
+    SyncVectorEnv returns. Protocol 5 keeps the dtype.
+    """
+    conn.send_bytes(ForkingPickler.dumps(obj, 5))

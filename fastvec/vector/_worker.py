@@ -23,6 +23,7 @@ from gymnasium.vector import AutoresetMode
 from fastvec._ext import _env_loop, _sync
 from fastvec._ext._env_loop import EnvLoop
 from fastvec.spaces import Layout
+from fastvec.vector import _protocol
 from fastvec.vector._protocol import LIVENESS_INTERVAL, RECOVERABLE, Command, Status
 from fastvec.vector._shared_buffer import SharedBuffer
 
@@ -61,8 +62,10 @@ class _Worker:
         self.last_obs: list[Any] = [None] * len(envs)
         self.current_env: int | None = None  # global index of the env being run, for error reports
         # The per-env step loop, compiled (same statements as SyncVectorEnv.step).
+        # (single-leaf observations are copied into the slab by the loop itself)
+        leaf_obs = self.obs_slabs[0] if obs_layout is not None and obs_layout.is_leaf else None
         self._loop = EnvLoop(envs, first, _LOOP_MODES[autoreset_mode], self.rewards, self.terminations,
-                             self.truncations, self.last_obs, self.autoreset)
+                             self.truncations, self.last_obs, self.autoreset, leaf_obs)
 
     # -- commands -----------------------------------------------------------------
     def step(self) -> tuple[int, Any]:
@@ -72,7 +75,7 @@ class _Worker:
         except BaseException:
             self.current_env = self._loop.current
             raise
-        return self._finish_observations(events)
+        return self._finish_observations(events, self._loop.obs_written)
 
     def reset(self, seeds, options, mask) -> tuple[int, Any]:
         events = []
@@ -124,13 +127,17 @@ class _Worker:
         columns = [list(leaf) for leaf in leaves]
         return [self.act_layout.join(values) for values in zip(*columns)]
 
-    def _finish_observations(self, events) -> tuple[int, Any]:
+    def _finish_observations(self, events, written: bool = False) -> tuple[int, Any]:
+        """Store ``last_obs`` in the shared slabs (unless ``written`` there already by the
+        env loop) and return the command's status and reply."""
         if self.obs_slabs is None:
             # No shared observation buffer (shared_memory=False): observations go on the pipe.
             return Status.MESSAGE, (list(self.last_obs), events)
         try:
             if self.obs_layout.is_leaf:
-                if not _sync.stack_rows(self.last_obs, self.obs_slabs[0]):
+                if written:
+                    pass  # the env loop copied each observation into its row
+                elif not _sync.stack_rows(self.last_obs, self.obs_slabs[0]):
                     np.stack(self.last_obs, axis=0, out=self.obs_slabs[0])
             else:
                 per_leaf = zip(*(self.obs_layout.split(obs) for obs in self.last_obs))
@@ -202,10 +209,10 @@ def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: 
             for k, env_fn in enumerate(env_fns):
                 envs.append(env_fn())
         except BaseException as exc:
-            pipe.send(_error_report(exc, first + len(envs), "the env constructor"))
+            _protocol.send(pipe, _error_report(exc, first + len(envs), "the env constructor"))
             return
         first_env = envs[0]
-        pipe.send(("spaces", [(env.observation_space, env.action_space) for env in envs],
+        _protocol.send(pipe, ("spaces", [(env.observation_space, env.action_space) for env in envs],
                    dict(first_env.metadata), first_env.render_mode))
         message = pipe.recv()
         if message[0] != "attach":
@@ -215,7 +222,7 @@ def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: 
         obs_layout = Layout(first_env.observation_space) if shared_obs else None
         act_layout = Layout(first_env.action_space)
         worker = _Worker(index, envs, first, pipe, autoreset_mode, buffer, obs_layout, act_layout, spin_s)
-        pipe.send(("ready",))
+        _protocol.send(pipe, ("ready",))
         _serve(worker, parent_pid)
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the parent went away
@@ -264,13 +271,13 @@ def _serve(worker: _Worker, parent_pid: int) -> None:
             report = _error_report(exc, worker.current_env, phase)
             recoverable = phase in RECOVERABLE and isinstance(exc, Exception)
             _sync.finish_command(ctrl, index, seq, Status.CALL_ERROR if recoverable else Status.ERROR)
-            pipe.send(report)
+            _protocol.send(pipe, report)
             if recoverable:
                 continue
             return
         _sync.finish_command(ctrl, index, seq, status)
         if status == _MESSAGE:
-            pipe.send(reply)
+            _protocol.send(pipe, reply)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -37,6 +37,7 @@ from fastvec.errors import (
 from fastvec.spaces import Layout
 from fastvec.vector import _shared_buffer
 from fastvec.vector._arguments import seeds_per_env, split_reset_options
+from fastvec.vector import _protocol
 from fastvec.vector._protocol import LIVENESS_INTERVAL, RECOVERABLE, Command, Status
 from fastvec.vector._worker import _Worker, worker_main
 
@@ -353,7 +354,7 @@ class FastVectorEnv(VectorEnv):
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, _finalize, self._processes, self._pipes, [self._buffer])
         for w in self._remote_workers():
-            self._pipes[w].send(("attach", sections, size, self._buffer.name, self.shared_memory))
+            _protocol.send(self._pipes[w], ("attach", sections, size, self._buffer.name, self.shared_memory))
         for w in self._remote_workers():
             message = self._recv(w)
             if message[0] == "error":
@@ -387,7 +388,7 @@ class FastVectorEnv(VectorEnv):
             method = {"reset": self._local.reset, "call": self._local.call, "setattr": self._local.set_attr}[name]
             self._local_job = (name, method, payload)
             return
-        self._pipes[w].send((name, payload))
+        _protocol.send(self._pipes[w], (name, payload))
         _sync.send_command(self._ctrl, w, Command.PIPE)
 
     @property
