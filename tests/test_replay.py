@@ -645,6 +645,24 @@ def test_sampling_probabilities_and_weights():
         buffer.sample(4)
 
 
+def test_buffer_sample_on_threads_is_the_same_sample():
+    rng = np.random.default_rng(4)
+    one, two = box_buffer(5000, seed=9), box_buffer(5000, seed=9, num_threads=2)
+    for start in range(0, 6000, 500):
+        batch = make_batch(rng, 500, start)
+        one.add(*batch)
+        two.add(*batch)
+    for buffer in (one, two):
+        buffer.update_priorities(np.arange(5000), np.arange(5000) % 17)
+    for _ in range(3):
+        a, b = one.sample(1024), two.sample(1024)
+        np.testing.assert_array_equal(a.indices, b.indices)
+        np.testing.assert_array_equal(a.weights, b.weights)
+        np.testing.assert_array_equal(a.batch.observations, b.batch.observations)
+    with pytest.raises(ValueError, match="num_threads must be >= 1"):
+        box_buffer(8, num_threads=0)
+
+
 def test_buffer_larger_batch_than_capacity_keeps_newest():
     rng = np.random.default_rng(2)
     buffer = box_buffer(4)

@@ -79,7 +79,7 @@ class SumTree(SegmentTree):
             prefix_values: a number or an array of any shape, each >= 0.
             num_threads: search the batch in this many contiguous chunks on
                 OpenMP threads (1: in the calling thread only). A batch of
-                4096 at capacity 2^20 takes about 0.55x the time on 2 threads
+                4096 at capacity 2^20 takes 0.55-0.7x the time on 2 threads
                 (docs/replay.md); the threads spin a little after each call
                 (OpenMP's wait policy), which costs whoever shares the cores.
 
