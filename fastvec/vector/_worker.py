@@ -132,7 +132,7 @@ class _Worker:
         env loop) and return the command's status and reply."""
         if self.obs_slabs is None:
             # No shared observation buffer (shared_memory=False): observations go on the pipe.
-            return Status.MESSAGE, (list(self.last_obs), events)
+            return _MESSAGE, (list(self.last_obs), events)
         try:
             if self.obs_layout.is_leaf:
                 if written:

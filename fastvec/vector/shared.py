@@ -723,9 +723,9 @@ class FastVectorEnv(VectorEnv):
         self._write_actions(actions, rows=rows)
         for w in workers:
             if w == 0 and self._local is not None:
-                self._local_job = ("step", self._local.step, ())
+                self._local_job = self._local_step_job
             else:
-                _sync.send_command(self._ctrl, w, Command.STEP)
+                _sync.send_command(self._ctrl, w, _STEP)
             self._inflight[w] = 1
             self._ready[w] = 0
         self._async_used = True
@@ -799,7 +799,7 @@ class FastVectorEnv(VectorEnv):
             if w == 0 and self._local is not None:
                 continue
             status, message = self._reply_of(w)
-            if status != Status.OK:
+            if status != _OK:
                 replies.append((w, message))
         contiguous = len(got) == got[-1] - got[0] + 1
         if contiguous:
