@@ -135,9 +135,8 @@ class _Worker:
             return _MESSAGE, (list(self.last_obs), events)
         try:
             if self.obs_layout.is_leaf:
-                if written:
-                    pass  # the env loop copied each observation into its row
-                elif not _sync.stack_rows(self.last_obs, self.obs_slabs[0]):
+                # (written: the env loop already copied each observation into its row)
+                if not written and not _sync.stack_rows(self.last_obs, self.obs_slabs[0]):
                     np.stack(self.last_obs, axis=0, out=self.obs_slabs[0])
             else:
                 per_leaf = zip(*(self.obs_layout.split(obs) for obs in self.last_obs))
