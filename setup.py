@@ -1,6 +1,6 @@
-"""Build the Cython kernels in fastvec/_ext.
+"""Build the Cython kernels in src/fastvec/_ext.
 
-Every ``fastvec/_ext/*.pyx`` becomes one extension module. Flags are portable
+Every ``src/fastvec/_ext/*.pyx`` becomes one extension module. Flags are portable
 (-O3, no -march=native) so that wheels run on any x86-64/aarch64 machine; set
 FASTVEC_NATIVE=1 to add -march=native for a local build. The fast CartPole
 kernel picks AVX2/AVX-512 variants at run time (GCC/Clang on x86); set
@@ -39,7 +39,7 @@ extensions = [
         extra_compile_args=compile_args,
         extra_link_args=link_args,
     )
-    for path in sorted(glob.glob(os.path.join("fastvec", "_ext", "*.pyx")))
+    for path in sorted(glob.glob(os.path.join("src", "fastvec", "_ext", "*.pyx")))
 ]
 
 setup(
