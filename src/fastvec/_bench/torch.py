@@ -60,10 +60,20 @@ def env_table(quick: bool) -> None:
                  "TorchCartPole f64", "ratio"], rows)
 
 
+PPO_EXAMPLE_MISSING = ("\n(examples/ppo.py not found: it is not installed with the package; run the bench from "
+                       "the repository root for the end-to-end tables)")
+
+
 def _load_ppo_example():
-    """examples/ppo.py from a source checkout (it is not installed with the package)."""
-    path = Path(__file__).resolve().parents[2] / "examples" / "ppo.py"
-    if not path.exists():
+    """examples/ppo.py of a source checkout (it is not installed with the package), or None.
+
+    Looked for under the current directory (the repository root, where the README runs the
+    bench) and beside the package (an editable or in-place build of src/fastvec).
+    """
+    candidates = [Path.cwd() / "examples" / "ppo.py",
+                  Path(__file__).resolve().parents[3] / "examples" / "ppo.py"]
+    path = next((c for c in candidates if c.is_file()), None)
+    if path is None:
         return None
     spec = importlib.util.spec_from_file_location("fastvec_example_ppo", path)
     module = importlib.util.module_from_spec(spec)
@@ -115,7 +125,7 @@ def _sb3_time_to_target(seed: int, max_steps: int = 100_000):
 def training_table(seeds=(1, 2, 3)) -> None:
     ppo = _load_ppo_example()
     if ppo is None:
-        print("\n(examples/ppo.py not found: end-to-end table skipped)")
+        print(PPO_EXAMPLE_MISSING)
         return
     results = {}
     threads = torch.get_num_threads()
@@ -175,6 +185,7 @@ def throughput_table() -> None:
     """End-to-end training SPS (env steps per second, everything included) of examples/ppo.py."""
     ppo = _load_ppo_example()
     if ppo is None:
+        print(PPO_EXAMPLE_MISSING)
         return
     threads = torch.get_num_threads()
     rows = []
