@@ -242,26 +242,73 @@ def test_ctrl_c_in_parent_mid_step():
     assert shm_segments() == before
 
 
-def test_parent_killed_workers_exit():
+@pytest.mark.parametrize("num_workers, context, reaped", [
+    (2, "fork", True),
+    (2, "fork", False),  # the dead parent stays a zombie: os.kill(pid, 0) still finds it
+    (2, "forkserver", True),  # the worker's own parent is the server: it watches the pid
+    (1, "fork", True),  # no worker process: the resource tracker frees the block
+])
+def test_parent_killed_workers_exit(num_workers, context, reaped):
     before = shm_segments()
-    proc = _run_script("""
+    proc = _run_script(f"""
         import time
         from fastvec import FastVectorEnv
         from toy_envs import ToyEnv
-        env = FastVectorEnv([lambda: ToyEnv() for _ in range(4)], num_workers=2)
+        env = FastVectorEnv([lambda: ToyEnv() for _ in range(4)], num_workers={num_workers}, context="{context}")
         env.reset(seed=0)
         print(" ".join(str(p.pid) for p in env.processes), flush=True)
         time.sleep(60)
     """)
     pids = [int(p) for p in proc.stdout.readline().split()]
+    assert len(pids) == num_workers - 1  # the caller steps one share itself
+    assert len(shm_segments() - before) == 1
     proc.kill()
-    proc.wait()
-    assert not _wait_gone(pids), "workers lingered as orphans"
-    # The parent's resource tracker unlinks the block it can no longer free itself.
-    deadline = time.time() + BOUND_S
-    while time.time() < deadline and shm_segments() != before:
-        time.sleep(0.05)
-    assert shm_segments() == before
+    try:
+        if reaped:
+            proc.wait()
+        assert not _wait_gone(pids), "workers lingered as orphans"
+        # The workers (or, with none, the parent's resource tracker) unlink the block.
+        deadline = time.time() + BOUND_S
+        while time.time() < deadline and shm_segments() != before:
+            time.sleep(0.05)
+        assert shm_segments() == before
+    finally:
+        proc.wait()
+
+
+def test_resource_tracker_only_without_worker_processes():
+    # Python's resource tracker is a separate process whose start-up competes with the
+    # first ~50 ms of stepping; workers free a dead parent's block, so it is needed only
+    # when there are none.
+    proc = _run_script("""
+        import os
+        from fastvec import FastVectorEnv
+        from toy_envs import ToyEnv
+
+        # The tracker's command line imports main from multiprocessing's resource_tracker. The
+        # needle is split so that it is not in this script, which forked workers carry as theirs.
+        TRACKER = b"resource_tracker import " + b"main"
+
+        def tracker_running():
+            me = str(os.getpid())
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+                    cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+                except OSError:
+                    continue
+                if stat[1] == me and TRACKER in cmdline:
+                    return True
+            return False
+
+        for num_workers in (2, 3, 1):
+            with FastVectorEnv([lambda: ToyEnv() for _ in range(4)], num_workers=num_workers) as env:
+                env.reset(seed=0)
+                print(num_workers, tracker_running(), flush=True)
+    """)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert out.split() == ["2", "False", "3", "False", "1", "True"]
 
 
 def test_worker_fault_in_send_recv(leak_check):

@@ -4,9 +4,18 @@ The parent lays the block out (:func:`plan`), creates it, and sends the plan to
 the workers, which attach by name. Sections: the control rows, one slab per
 observation leaf and per action leaf (``[num_envs, *leaf_shape]``), rewards
 (float64), terminations and truncations (bool), as SyncVectorEnv returns them.
+
+Who frees the block: the parent unlinks it on close (also at garbage collection
+and interpreter exit). If the parent dies without doing so (SIGKILL, a crash),
+its workers notice and unlink it (:func:`unlink_block`). So the block is not
+registered with Python's resource tracker, whose first use starts a separate
+Python process that competes with the first ~50 ms of stepping on a 2-core
+machine; only a vector env with no worker process, where nobody would be left
+to clean up, registers it.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import sys
@@ -58,22 +67,28 @@ def plan(num_envs: int, num_workers: int, obs_layout: Layout | None, act_layout:
     return sections, max(offset, _ALIGN)
 
 
+def new_block_name() -> str:
+    """A name no other block has: the creating process's pid and a random token."""
+    return f"fastvec_{os.getpid()}_{secrets.token_hex(4)}"
+
+
 class SharedBuffer:
     """A shared-memory block and the NumPy views over its sections.
 
-    The creator owns the block and must :meth:`unlink` it; attachers only
-    :meth:`close` their mapping.
+    ``create=True`` makes the block: its creator owns it and must :meth:`unlink`
+    it; attachers only :meth:`close` their mapping. ``track=True`` (creator only)
+    also registers it with Python's resource tracker, which unlinks it should the
+    creator die first.
     """
 
-    def __init__(self, sections: list[Section], size: int, name: str | None = None):
+    def __init__(self, sections: list[Section], size: int, name: str, *, create: bool, track: bool = False):
+        if track and not create:
+            raise ValueError("only the creator of a block may register it with the resource tracker")
         self.sections = sections
         self.size = size
-        self.owner = name is None
-        if self.owner:
-            name = f"fastvec_{os.getpid()}_{secrets.token_hex(4)}"
-            self._shm = shared_memory.SharedMemory(name=name, create=True, size=size)
-        else:
-            self._shm = _attach_untracked(name)
+        self.owner = create
+        self.track = track
+        self._shm = _open(name, create=create, size=size if create else 0, track=track)
         self.name = self._shm.name
         self.views = {
             s.name: np.ndarray(s.shape, dtype=np.dtype(s.dtype), buffer=self._shm.buf, offset=s.offset)
@@ -104,25 +119,57 @@ class SharedBuffer:
             pass
 
     def unlink(self) -> None:
-        """Remove the block from the system (creator only)."""
-        try:
-            self._shm.unlink()
-        except FileNotFoundError:
-            pass
+        """Remove the block from the system (the creator, or a worker whose creator died)."""
+        _unlink(self._shm, self.track)
 
 
-def _attach_untracked(name: str) -> shared_memory.SharedMemory:
-    """Attach without registering with this process's resource tracker.
+def unlink_block(name: str) -> None:
+    """Remove the block called ``name``, if it still exists.
 
-    Before Python 3.13 attaching registers the block, and a worker's tracker would
-    then unlink (or warn about) a block the parent still owns.
+    A worker calls this when it finds its parent dead (several may race: the
+    first one wins, the others find nothing).
     """
-    if sys.version_info >= (3, 13):
-        return shared_memory.SharedMemory(name=name, track=False)
-    # Only ever called inside a worker process, before it runs any env code.
-    register = resource_tracker.register
-    resource_tracker.register = lambda *args, **kwargs: None
     try:
-        return shared_memory.SharedMemory(name=name)
+        shm = _open(name, create=False, size=0, track=False)
+    except FileNotFoundError:
+        return
+    shm.close()
+    _unlink(shm, track=False)
+
+
+def _open(name: str, *, create: bool, size: int, track: bool) -> shared_memory.SharedMemory:
+    if track:
+        return shared_memory.SharedMemory(name=name, create=create, size=size)
+    if sys.version_info >= (3, 13):
+        return shared_memory.SharedMemory(name=name, create=create, size=size, track=False)
+    with _resource_tracker_bypassed():
+        return shared_memory.SharedMemory(name=name, create=create, size=size)
+
+
+def _unlink(shm: shared_memory.SharedMemory, track: bool) -> None:
+    try:
+        if track or sys.version_info >= (3, 13):  # 3.13+: an untracked block unregisters nothing
+            shm.unlink()
+        else:
+            with _resource_tracker_bypassed():
+                shm.unlink()
+    except FileNotFoundError:
+        pass
+
+
+@contextlib.contextmanager
+def _resource_tracker_bypassed():
+    """Before Python 3.13, SharedMemory registers every block it creates or attaches
+    (and unregisters it on unlink), starting the tracker process on first use, and
+    has no switch for it: silence those two calls for the duration.
+
+    In a worker this also keeps its tracker from unlinking (or warning about) a block
+    the parent still owns. The calls are module globals, so another thread opening a
+    SharedMemory at the same instant would go untracked too (it still works).
+    """
+    register, unregister = resource_tracker.register, resource_tracker.unregister
+    resource_tracker.register = resource_tracker.unregister = lambda *args, **kwargs: None
+    try:
+        yield
     finally:
-        resource_tracker.register = register
+        resource_tracker.register, resource_tracker.unregister = register, unregister

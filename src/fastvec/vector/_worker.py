@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 import traceback
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from gymnasium.vector import AutoresetMode
@@ -25,7 +25,7 @@ from fastvec._ext._env_loop import EnvLoop
 from fastvec.spaces import Layout
 from fastvec.vector import _protocol
 from fastvec.vector._protocol import LIVENESS_INTERVAL, RECOVERABLE, Command, Status
-from fastvec.vector._shared_buffer import SharedBuffer
+from fastvec.vector._shared_buffer import SharedBuffer, unlink_block
 
 # Names `call` must not reach: they have their own commands (as in AsyncVectorEnv).
 RESERVED_CALLS = ("reset", "step", "close", "_setattr", "_check_spaces")
@@ -173,9 +173,22 @@ class _Worker:
                     ) from exc
 
 
-def _parent_alive(parent_pid: int) -> bool:
+def _parent_watch(parent_pid: int) -> Callable[[], bool]:
+    """A check of whether the process that made this worker still runs.
+
+    A worker started by fork or spawn is the parent's own child, and is handed to another
+    process the moment the parent dies, even while the dead parent lingers unreaped as a
+    zombie (which os.kill still finds). A forkserver worker's parent is the server, so
+    there only the parent's pid can be checked.
+    """
+    if os.getppid() == parent_pid:
+        return lambda: os.getppid() == parent_pid
+    return lambda: _pid_alive(parent_pid)
+
+
+def _pid_alive(pid: int) -> bool:
     try:
-        os.kill(parent_pid, 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # pragma: no cover - pid reused by another user's process
@@ -194,11 +207,12 @@ def _error_report(exc: BaseException, env_index: int | None, phase: str) -> tupl
     return ("error", env_index, phase, type(exc).__qualname__, str(exc), text, payload)
 
 
-def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: int,
+def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: int, block_name: str,
                 autoreset_mode: AutoresetMode, spin_s: float) -> None:
     """Entry point of a worker process (see FastVectorEnv for the protocol)."""
     # Ctrl-C goes to the whole process group; the parent decides what happens.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent_alive = _parent_watch(parent_pid)
     if parent_pipe is not None:
         parent_pipe.close()
     envs = []
@@ -216,13 +230,13 @@ def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: 
         message = pipe.recv()
         if message[0] != "attach":
             return
-        _, sections, size, name, shared_obs = message
-        buffer = SharedBuffer(sections, size, name=name)
+        _, sections, size, shared_obs = message
+        buffer = SharedBuffer(sections, size, block_name, create=False)
         obs_layout = Layout(first_env.observation_space) if shared_obs else None
         act_layout = Layout(first_env.action_space)
         worker = _Worker(index, envs, first, pipe, autoreset_mode, buffer, obs_layout, act_layout, spin_s)
         _protocol.send(pipe, ("ready",))
-        _serve(worker, parent_pid)
+        _serve(worker, parent_alive)
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the parent went away
     finally:
@@ -234,15 +248,18 @@ def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: 
         if buffer is not None:
             buffer.close()
         pipe.close()
+        if not parent_alive():
+            # The parent died without freeing the shared block (SIGKILL, a crash): nobody else will.
+            unlink_block(block_name)
 
 
-def _serve(worker: _Worker, parent_pid: int) -> None:
+def _serve(worker: _Worker, parent_alive: Callable[[], bool]) -> None:
     ctrl, index, pipe = worker.ctrl, worker.index, worker.pipe
     seq = 0
     while True:
         got = _sync.wait_command(ctrl, index, seq, worker.spin_s, 5 * LIVENESS_INTERVAL)
         if got is None:
-            if not _parent_alive(parent_pid):
+            if not parent_alive():
                 return
             continue
         seq, command = got

@@ -217,6 +217,9 @@ class FastVectorEnv(VectorEnv):
         self._stops = [s + n for s, n in zip(self._starts, sizes)]
 
         ctx = multiprocessing.get_context(context)
+        # Named before the workers start, so that they can free it even if this process
+        # dies before they attach (see _shared_buffer).
+        self._block_name = _shared_buffer.new_block_name()
         try:
             self._start_workers(ctx)
             self._handshake()
@@ -252,7 +255,7 @@ class FastVectorEnv(VectorEnv):
                 process = ctx.Process(
                     target=worker_main,
                     name=f"Worker<FastVectorEnv>-{w}",
-                    args=(w, fns, self._starts[w], child_pipe, parent_pipe, parent_pid,
+                    args=(w, fns, self._starts[w], child_pipe, parent_pipe, parent_pid, self._block_name,
                           self.autoreset_mode, self._worker_spin_s),
                     daemon=self.daemon,
                 )
@@ -350,11 +353,14 @@ class FastVectorEnv(VectorEnv):
             self._obs_out = create_empty_array(self.single_observation_space, n=self.num_envs, fn=np.zeros)
             self._env_obs: list[Any] = [None] * self.num_envs
         sections, size = _shared_buffer.plan(self.num_envs, self.num_workers, self._obs_layout, self._act_layout)
-        self._buffer = _shared_buffer.SharedBuffer(sections, size)
+        # Workers unlink the block if this process dies; with none, Python's resource tracker must.
+        no_worker_process = all(process is None for process in self._processes)
+        self._buffer = _shared_buffer.SharedBuffer(sections, size, self._block_name, create=True,
+                                                   track=no_worker_process)
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, _finalize, self._processes, self._pipes, [self._buffer])
         for w in self._remote_workers():
-            _protocol.send(self._pipes[w], ("attach", sections, size, self._buffer.name, self.shared_memory))
+            _protocol.send(self._pipes[w], ("attach", sections, size, self.shared_memory))
         for w in self._remote_workers():
             message = self._recv(w)
             if message[0] == "error":
