@@ -8,7 +8,7 @@ def assert_same(a, b, where="") -> None:
     """Assert two vector-env outputs are identical: structure, dtypes and values (bit for bit)."""
     if isinstance(a, dict):
         assert isinstance(b, dict), f"{where}: dict vs {type(b).__name__}"
-        assert set(a) == set(b), f"{where}: keys {sorted(a, key=str)} vs {sorted(b, key=str)}"
+        assert list(a) == list(b), f"{where}: keys {list(a)} vs {list(b)} (in this order)"
         for k in a:
             assert_same(a[k], b[k], f"{where}[{k!r}]")
     elif isinstance(a, tuple):
@@ -56,3 +56,14 @@ def run_side_by_side(ref, env, seed, steps, action_seed=0, reset_options=None):
             opts = {"reset_mask": done}
             assert_same(ref.reset(options=dict(opts)), env.reset(options=opts), f"reset_mask at {t}")
     return episodes
+
+
+def block_mappings(pid="self", creator=None) -> list:
+    """The mappings of fastvec shared blocks (made by process ``creator``, default any) in
+    process ``pid`` (fastvec's block is an anonymous memfd: "/memfd:fastvec_<creator pid>")."""
+    needle = "/memfd:fastvec_" + ("" if creator is None else f"{creator} ")
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return [line for line in f if needle in line]
+    except OSError:  # the process is gone
+        return []

@@ -19,19 +19,27 @@ import pytest
 from gymnasium.error import ClosedEnvironmentError, ResetNeeded
 
 from fastvec import FastVectorEnv, RemoteTraceback, WorkerDiedError
+from helpers import block_mappings
 from toy_envs import CrashEnv, ToyEnv
 
 BOUND_S = 5.0
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def shm_segments() -> set:
-    return {n for n in os.listdir("/dev/shm") if n.startswith("fastvec_")} if os.path.isdir("/dev/shm") else set()
+def shm_segments(pids=None) -> set:
+    """Named shared-memory blocks of fastvec's, made by processes ``pids`` (default: this
+    one). fastvec makes none (its block has no name); its earlier versions named them
+    fastvec_<creator pid>_<token>."""
+    pids = [os.getpid()] if pids is None else pids
+    names = os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else []
+    return {n for n in names for pid in pids if n.startswith(f"fastvec_{pid}_")}
 
 
 @pytest.fixture
 def leak_check():
     """Yields a list to put envs in; afterwards asserts their workers and memory are gone."""
+    import gc
+
     before = shm_segments()
     envs = []
     yield envs
@@ -39,6 +47,9 @@ def leak_check():
         for p in env.processes:
             p.join(BOUND_S)
             assert not p.is_alive(), f"worker {p.pid} still alive"
+    del envs[:]
+    gc.collect()
+    assert not block_mappings(), "this process still maps a shared block"
     assert shm_segments() == before, "shared memory left behind"
 
 
@@ -122,7 +133,7 @@ def test_worker_killed_while_idle(leak_check):
     env.reset(seed=0)
     os.kill(env.processes[0].pid, signal.SIGKILL)
     env.processes[0].join(BOUND_S)
-    with pytest.raises(WorkerDiedError, match="worker 1 .envs 2..3. was killed by signal SIGKILL"):
+    with pytest.raises(WorkerDiedError, match="worker 0 .envs 0..1. was killed by signal SIGKILL"):
         _timed(lambda: env.step(np.zeros(4, np.int64)))
 
 
@@ -162,7 +173,7 @@ def test_step_before_reset_is_gymnasiums_reset_needed(leak_check):
     leak_check.append(env)
     with pytest.raises(ResetNeeded) as info:
         _timed(lambda: env.step(np.zeros(2, np.int64)))
-    assert info.value.env_index == 0
+    assert info.value.env_index == 1  # both workers fail: the last error is raised, as in AsyncVectorEnv
 
 
 def test_non_picklable_constructor_with_spawn():
@@ -184,7 +195,7 @@ def test_use_after_close_and_close_twice(leak_check):
             call()
 
 
-def _run_script(body: str, timeout: float = 30.0) -> subprocess.Popen:
+def _run_script(body: str, new_session: bool = False) -> subprocess.Popen:
     # The fastvec this test imported (installed, or an in-place build), and the test envs.
     import fastvec
 
@@ -193,7 +204,7 @@ def _run_script(body: str, timeout: float = 30.0) -> subprocess.Popen:
     script = textwrap.dedent(body)
     # cwd: the tests folder, so that the source tree cannot shadow the package under test.
     return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, cwd=os.path.join(ROOT, "tests"))
+                            text=True, env=env, cwd=os.path.join(ROOT, "tests"), start_new_session=new_session)
 
 
 def _alive(pid: int) -> bool:
@@ -246,10 +257,8 @@ def test_ctrl_c_in_parent_mid_step():
     (2, "fork", True),
     (2, "fork", False),  # the dead parent stays a zombie: os.kill(pid, 0) still finds it
     (2, "forkserver", True),  # the worker's own parent is the server: it watches the pid
-    (1, "fork", True),  # no worker process: the resource tracker frees the block
 ])
 def test_parent_killed_workers_exit(num_workers, context, reaped):
-    before = shm_segments()
     proc = _run_script(f"""
         import time
         from fastvec import FastVectorEnv
@@ -260,26 +269,52 @@ def test_parent_killed_workers_exit(num_workers, context, reaped):
         time.sleep(60)
     """)
     pids = [int(p) for p in proc.stdout.readline().split()]
-    assert len(pids) == num_workers - 1  # the caller steps one share itself
-    assert len(shm_segments() - before) == 1
+    assert len(pids) == num_workers
+    assert all(block_mappings(pid, proc.pid) for pid in pids)
     proc.kill()
     try:
         if reaped:
             proc.wait()
         assert not _wait_gone(pids), "workers lingered as orphans"
-        # The workers (or, with none, the parent's resource tracker) unlink the block.
-        deadline = time.time() + BOUND_S
-        while time.time() < deadline and shm_segments() != before:
-            time.sleep(0.05)
-        assert shm_segments() == before
     finally:
         proc.wait()
 
 
-def test_resource_tracker_only_without_worker_processes():
+def _processes_mapping(creator: int) -> list[int]:
+    return [int(pid) for pid in filter(str.isdigit, os.listdir("/proc")) if block_mappings(pid, creator)]
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
+@pytest.mark.parametrize("num_workers, step_in_caller", [(2, False), (1, False), (2, True), (1, True)])
+def test_killing_the_whole_process_group_mid_step_leaves_nothing(context, num_workers, step_in_caller):
+    # What scancel, docker kill, an OOM kill and Ray's actor kill do: SIGKILL to every process
+    # of the job at once, so nobody is left to clean up. The block has no name to leave
+    # behind, and its memory goes with the last process that maps it.
+    proc = _run_script(f"""
+        import numpy as np
+        from fastvec import FastVectorEnv
+        from toy_envs import ToyEnv
+        env = FastVectorEnv([lambda: ToyEnv(step_sleep=0.001) for _ in range(4)], num_workers={num_workers},
+                            context="{context}", step_in_caller={step_in_caller})
+        env.reset(seed=0)
+        print(" ".join(str(p.pid) for p in env.processes), flush=True)
+        while True:
+            env.step(np.zeros(4, np.int64))
+    """, new_session=True)
+    pids = [int(p) for p in proc.stdout.readline().split()]
+    assert len(pids) == num_workers - step_in_caller
+    time.sleep(0.3)  # mid-step
+    assert proc.pid in _processes_mapping(proc.pid)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not _wait_gone(pids)
+    assert not _processes_mapping(proc.pid), "a process still maps the killed job's block"
+    assert not shm_segments([proc.pid, *pids]), "the killed job left shared memory behind in /dev/shm"
+
+
+def test_no_resource_tracker_process():
     # Python's resource tracker is a separate process whose start-up competes with the
-    # first ~50 ms of stepping; workers free a dead parent's block, so it is needed only
-    # when there are none.
+    # first ~50 ms of stepping; a block without a name needs no tracker.
     proc = _run_script("""
         import os
         from fastvec import FastVectorEnv
@@ -301,14 +336,15 @@ def test_resource_tracker_only_without_worker_processes():
                     return True
             return False
 
-        for num_workers in (2, 3, 1):
-            with FastVectorEnv([lambda: ToyEnv() for _ in range(4)], num_workers=num_workers) as env:
+        for num_workers, step_in_caller in ((2, False), (3, False), (1, True)):
+            with FastVectorEnv([lambda: ToyEnv() for _ in range(4)], num_workers=num_workers,
+                               step_in_caller=step_in_caller) as env:
                 env.reset(seed=0)
                 print(num_workers, tracker_running(), flush=True)
     """)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
-    assert out.split() == ["2", "False", "3", "False", "1", "True"]
+    assert out.split() == ["2", "False", "3", "False", "1", "False"]
 
 
 def test_worker_fault_in_send_recv(leak_check):

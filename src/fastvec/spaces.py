@@ -45,15 +45,22 @@ class Leaf:
 
     Attributes:
         path: keys (Dict) and indices (Tuple) from the root space to this leaf.
-        space: the leaf space (Box, Discrete, MultiDiscrete or MultiBinary).
-        shape: shape of one sample of this leaf.
-        dtype: dtype of one sample, the space's own dtype.
+        space: the leaf space (Box, Discrete, MultiDiscrete or MultiBinary; or, in a
+            ``Layout(space, objects=True)``, any other space: an object leaf).
+        shape: shape of one sample of this leaf (``()`` for an object leaf).
+        dtype: dtype of one sample, the space's own dtype (``object`` for an object leaf).
     """
 
     path: tuple
     space: gspaces.Space
     shape: tuple
     dtype: np.dtype
+
+    @property
+    def is_object(self) -> bool:
+        """A leaf without a fixed-size array form (Text, Graph, Sequence, OneOf, a custom
+        space): its samples are Python objects, one per env in a batch."""
+        return self.dtype == object
 
     @property
     def size(self) -> int:
@@ -90,15 +97,17 @@ class Leaf:
 _LEAF_TYPES = (gspaces.Box, gspaces.Discrete, gspaces.MultiDiscrete, gspaces.MultiBinary)
 
 
-def _collect(space: gspaces.Space, path: tuple, out: list) -> None:
+def _collect(space: gspaces.Space, path: tuple, out: list, objects: bool) -> None:
     if isinstance(space, gspaces.Dict):
         for key, sub in space.spaces.items():
-            _collect(sub, path + (key,), out)
+            _collect(sub, path + (key,), out, objects)
     elif isinstance(space, gspaces.Tuple):
         for index, sub in enumerate(space.spaces):
-            _collect(sub, path + (index,), out)
+            _collect(sub, path + (index,), out, objects)
     elif isinstance(space, _LEAF_TYPES):
         out.append(Leaf(path, space, tuple(int(s) for s in space.shape), np.dtype(space.dtype)))
+    elif objects and isinstance(space, gspaces.Space):
+        out.append(Leaf(path, space, (), np.dtype(object)))
     else:
         raise ValueError(
             f"fastvec cannot lay out a space of type {type(space).__name__} ({space!r}) "
@@ -113,18 +122,31 @@ class Layout:
     Args:
         space: a Box, Discrete, MultiDiscrete, MultiBinary, or a Dict/Tuple
             nesting of them.
+        objects: also accept spaces without a fixed-size array form (Text, Graph,
+            Sequence, OneOf, custom spaces), anywhere in the nesting, as object leaves
+            (what a vector env sends through pipes). Such a layout splits and joins
+            but does not flatten.
 
     Raises:
         ValueError: for spaces without a fixed-size array form (Text, Graph,
-            Sequence, OneOf, ...).
+            Sequence, OneOf, ...), unless ``objects=True``.
     """
 
-    def __init__(self, space: gspaces.Space):
+    def __init__(self, space: gspaces.Space, *, objects: bool = False):
         self.space = space
         leaves: list[Leaf] = []
-        _collect(space, (), leaves)
+        _collect(space, (), leaves, objects)
         self.leaves: tuple[Leaf, ...] = tuple(leaves)
-        self.is_leaf = isinstance(space, _LEAF_TYPES)
+        self.is_leaf = not isinstance(space, (gspaces.Dict, gspaces.Tuple))
+        #: Whether some leaf is an object leaf (then the layout does not flatten).
+        self.has_objects = any(leaf.is_object for leaf in leaves)
+        if self.has_objects:
+            self.flat_sizes = self.flat_offsets = ()
+            self.flat_dim = None
+            self.flat_dtype = None
+            self._chains = ()
+            self._plans = {}
+            return
         # Where each leaf's values go in the flat vector gymnasium.spaces.flatten builds.
         sizes = [leaf.flat_size for leaf in self.leaves]
         self.flat_sizes: tuple[int, ...] = tuple(sizes)
@@ -433,7 +455,15 @@ def _check_dtype(dtype) -> np.dtype:
     return dtype
 
 
+def _require_flat(layout: Layout) -> None:
+    if layout.has_objects:
+        kinds = sorted({type(leaf.space).__name__ for leaf in layout.leaves if leaf.is_object})
+        raise ValueError(f"cannot flatten {layout.space!r}: its {', '.join(kinds)} parts have no "
+                         "fixed-size array form")
+
+
 def _out_dtype(layout: Layout, out, dtype) -> np.dtype:
+    _require_flat(layout)
     if layout.flat_dtype is None:
         raise ValueError(f"cannot flatten {layout.space!r}: it has no Box, Discrete, MultiDiscrete "
                          "or MultiBinary leaf")
@@ -663,6 +693,7 @@ def flatten_sample(layout: Layout, sample, out: np.ndarray | None = None, *,
 
 
 def _flat_input(layout: Layout, flat, single: bool) -> np.ndarray:
+    _require_flat(layout)
     a = flat if isinstance(flat, np.ndarray) else np.asarray(flat)
     if a.dtype.kind not in "biuf":
         raise TypeError(f"expected a numeric flat array, got dtype {a.dtype}")

@@ -17,6 +17,9 @@ same errors), and an env that raises leaves its global index in ``current``.
 cimport numpy as cnp
 from cpython.float cimport PyFloat_AS_DOUBLE
 
+from cpython.dict cimport PyDict_CheckExact, PyDict_Size
+
+from fastvec._ext._infos cimport Writer
 from fastvec._ext._rows cimport copy_row, fits_row, row_bytes
 
 cnp.import_array()
@@ -63,6 +66,7 @@ cdef class EnvLoop:
     copied there as soon as the env returns it (while it is in cache), and
     ``obs_written`` says after a step whether every one could be (an ndarray of
     exactly the row's dtype and shape); if not, the worker stacks them all.
+    ``infos``: the worker's info writer; each env's info dict(s) go through it.
     """
     cdef list envs
     cdef Py_ssize_t first
@@ -74,13 +78,15 @@ cdef class EnvLoop:
     cdef list last_obs
     cdef list autoreset
     cdef object obs_arr         # cnp.ndarray or None
+    cdef Writer infos
     cdef Py_ssize_t obs_row_bytes
     cdef public object current
     cdef public bint obs_written
 
     def __init__(self, list envs not None, Py_ssize_t first, int mode, cnp.ndarray rewards not None,
                  cnp.ndarray terminations not None, cnp.ndarray truncations not None,
-                 list last_obs not None, list autoreset not None, cnp.ndarray observations=None):
+                 list last_obs not None, list autoreset not None, Writer infos not None,
+                 cnp.ndarray observations=None):
         cdef Py_ssize_t n = len(envs)
         if mode not in (NEXT_STEP, SAME_STEP, DISABLED):
             raise ValueError(f"unknown autoreset mode code {mode}")
@@ -100,6 +106,7 @@ cdef class EnvLoop:
         self.autoreset = autoreset
         self.current = None
         self.obs_written = False
+        self.infos = infos
         self.obs_arr = None
         if observations is not None:
             if (cnp.PyArray_NDIM(observations) < 1 or cnp.PyArray_DIMS(observations)[0] != n
@@ -111,17 +118,16 @@ cdef class EnvLoop:
             self.obs_row_bytes = row_bytes(observations)
 
     def step(self, object actions not None):
-        """Step env j with ``actions[j]`` (autoreset as the mode says); returns the events.
+        """Step env j with ``actions[j]`` (autoreset as the mode says).
 
         ``actions``: a list, or an ndarray whose rows are the actions (indexing it
         gives what iterating it gives, as SyncVectorEnv's ``iterate`` hands them out).
 
-        An event ``(env index, final, info)`` is emitted for each env whose info is
-        non-empty or (SAME_STEP) that ended this step, ``final`` then being its
-        (final observation, final info).
+        Each env's contribution to the vector infos goes to the info writer: its
+        info dict, or in SAME_STEP mode for an env that ended, SyncVectorEnv's
+        ``{"final_obs": obs, "final_info": info}`` followed by its reset info.
         """
         cdef Py_ssize_t j = 0, n = len(self.envs)
-        cdef list events = []
         cdef object env, obs, reward, terminated, truncated, info, final
         cdef bint done
         cdef bint written = self.obs_arr is not None
@@ -131,22 +137,21 @@ cdef class EnvLoop:
         try:
             for j in range(n):
                 env = self.envs[j]
+                final = None
                 if self.mode == NEXT_STEP and self.autoreset[j]:
                     obs, info = env.reset()
                     self.rewards[j] = 0.0
                     self.terms[j] = 0
                     self.truncs[j] = 0
                     done = False
-                    final = None
                 else:
                     obs, reward, terminated, truncated, info = env.step(actions[j])
                     _store_reward(self.rewards, self.rewards_arr, j, reward)
                     _store_flag(self.terms, self.terms_arr, j, terminated)
                     _store_flag(self.truncs, self.truncs_arr, j, truncated)
                     done = terminated or truncated
-                    final = None
                     if done and self.mode == SAME_STEP:
-                        final = (obs, info)
+                        final = {"final_obs": obs, "final_info": info}
                         obs, info = env.reset()
                 self.last_obs[j] = obs
                 if written:
@@ -155,10 +160,13 @@ cdef class EnvLoop:
                     else:
                         written = False  # the worker stacks them all (NumPy's casts)
                 self.autoreset[j] = done
-                if final is not None or info:
-                    events.append((self.first + j, final, info))
+                if final is not None:
+                    self.infos.capture(j, (final, info))
+                elif PyDict_CheckExact(info) and PyDict_Size(info) == 0:
+                    self.infos.empty(j)
+                else:
+                    self.infos.capture(j, (info,))
         except BaseException:
             self.current = self.first + j
             raise
         self.obs_written = written
-        return events

@@ -1,9 +1,10 @@
 """Words the parent and the workers agree on: commands, statuses, control-row layout.
 
-The hot path (step) moves no Python objects: the parent writes actions into the
-shared buffer and bumps a worker's CMD_SEQ; the worker writes results and sets
-DONE_SEQ. Everything else (reset seeds and options, call/get_attr/set_attr,
-infos, errors) travels on the worker's pipe, announced by the STATUS word.
+The hot path (step) moves no Python objects: the caller writes actions into the
+shared buffer and bumps a worker's CMD_SEQ; the worker writes results (info values
+included) and sets DONE_SEQ. Everything else (reset seeds and options,
+call/get_attr/set_attr, new info signatures, values without a fixed-size form,
+errors) travels on the worker's pipe, announced by the STATUS word.
 """
 from enum import IntEnum
 from multiprocessing.reduction import ForkingPickler
@@ -26,8 +27,9 @@ class Command(IntEnum):
 class Status(IntEnum):
     """What a worker left beside a finished command."""
 
-    OK = 0  # results are in the buffer, nothing on the pipe
-    MESSAGE = 1  # a reply (infos, call results, observations) follows on the pipe
+    OK = 0  # results are in the buffer, nothing on the pipe, no env produced an info
+    MESSAGE = 1  # a reply (info signatures or values, call results, observations) follows on the pipe
+    INFOS = 4  # results and info values are in the buffer, nothing on the pipe
     ERROR = 2  # an error report follows on the pipe; the worker has stopped
     CALL_ERROR = 3  # call/get_attr/set_attr raised: a report follows; the worker serves on
 

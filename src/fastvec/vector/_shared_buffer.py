@@ -1,26 +1,29 @@
 """One shared-memory block per vector env, carved into aligned NumPy views.
 
-The parent lays the block out (:func:`plan`), creates it, and sends the plan to
-the workers, which attach by name. Sections: the control rows, one slab per
-observation leaf and per action leaf (``[num_envs, *leaf_shape]``), rewards
-(float64), terminations and truncations (bool), as SyncVectorEnv returns them.
+The caller lays the block out (:func:`plan`), creates it, and hands it to each
+worker. Sections: the control rows, one slab per fixed-size observation leaf and
+per action leaf (``[num_envs, *leaf_shape]``), rewards (float64), terminations
+and truncations (bool) as SyncVectorEnv returns them, and the info section
+(see :mod:`fastvec.vector._infos`).
 
-Who frees the block: the parent unlinks it on close (also at garbage collection
-and interpreter exit). If the parent dies without doing so (SIGKILL, a crash),
-its workers notice and unlink it (:func:`unlink_block`). So the block is not
-registered with Python's resource tracker, whose first use starts a separate
-Python process that competes with the first ~50 ms of stepping on a 2-core
-machine; only a vector env with no worker process, where nobody would be left
-to clean up, registers it.
+The block has no name anyone could leave behind. It is an anonymous file: a
+``memfd`` on Linux; elsewhere a POSIX shared-memory object whose name is removed
+the moment it is opened. The caller sends its file descriptor to each worker over
+the worker's pipe (``SCM_RIGHTS``); every process maps it, and the kernel frees
+the memory when the last mapping goes, however the processes end: ``close()``,
+a crash, or a SIGKILL of the whole process group (``scancel``, ``docker kill``,
+an OOM kill), which kills the workers in the same instant and so leaves nobody
+to unlink a named block. Gymnasium's AsyncVectorEnv is safe for the same reason
+(``multiprocessing``'s shared arrays live in an arena file unlinked right after
+it is made).
 """
 from __future__ import annotations
 
-import contextlib
+import mmap
 import os
 import secrets
-import sys
 from dataclasses import dataclass
-from multiprocessing import resource_tracker, shared_memory
+from multiprocessing import reduction
 
 import numpy as np
 
@@ -44,8 +47,13 @@ class Section:
         return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
 
 
-def plan(num_envs: int, num_workers: int, obs_layout: Layout | None, act_layout: Layout) -> tuple[list[Section], int]:
-    """Lay out every section, each 64-byte aligned; returns (sections, total bytes)."""
+def plan(num_envs: int, num_workers: int, obs_layout: Layout | None, act_layout: Layout,
+         info_bytes: int) -> tuple[list[Section], int]:
+    """Lay out every section, each 64-byte aligned; returns (sections, total bytes).
+
+    Only the fixed-size leaves of the layouts get slabs (object leaves travel on the pipes).
+    ``info_bytes``: the size of each env's info row.
+    """
     sections: list[Section] = []
     offset = 0
 
@@ -58,118 +66,91 @@ def plan(num_envs: int, num_workers: int, obs_layout: Layout | None, act_layout:
     add("ctrl", (num_workers + 1, ROW_WORDS), np.uint32)  # + the shared row
     if obs_layout is not None:
         for k, leaf in enumerate(obs_layout.leaves):
-            add(f"obs{k}", (num_envs, *leaf.shape), leaf.dtype)
+            if not leaf.is_object:
+                add(f"obs{k}", (num_envs, *leaf.shape), leaf.dtype)
     for k, leaf in enumerate(act_layout.leaves):
-        add(f"act{k}", (num_envs, *leaf.shape), leaf.dtype)
+        if not leaf.is_object:
+            add(f"act{k}", (num_envs, *leaf.shape), leaf.dtype)
     add("rewards", (num_envs,), np.float64)
     add("terminations", (num_envs,), np.bool_)
     add("truncations", (num_envs,), np.bool_)
+    add("info_ids", (num_envs,), np.uint32)
+    add("info_rows", (num_envs, info_bytes), np.uint8)
     return sections, max(offset, _ALIGN)
-
-
-def new_block_name() -> str:
-    """A name no other block has: the creating process's pid and a random token."""
-    return f"fastvec_{os.getpid()}_{secrets.token_hex(4)}"
 
 
 class SharedBuffer:
     """A shared-memory block and the NumPy views over its sections.
 
-    ``create=True`` makes the block: its creator owns it and must :meth:`unlink`
-    it; attachers only :meth:`close` their mapping. ``track=True`` (creator only)
-    also registers it with Python's resource tracker, which unlinks it should the
-    creator die first.
+    ``fd=None`` creates the block (an anonymous file, zero-filled); otherwise ``fd`` is a
+    block received from its creator (:func:`receive`), mapped and then closed. The creator
+    keeps its descriptor until :meth:`release_fd`, once every worker has its own.
     """
 
-    def __init__(self, sections: list[Section], size: int, name: str, *, create: bool, track: bool = False):
-        if track and not create:
-            raise ValueError("only the creator of a block may register it with the resource tracker")
+    def __init__(self, sections: list[Section], size: int, fd: int | None = None):
         self.sections = sections
         self.size = size
-        self.owner = create
-        self.track = track
-        self._shm = _open(name, create=create, size=size if create else 0, track=track)
-        self.name = self._shm.name
+        self.fd = _anonymous_file(size) if fd is None else fd
+        try:
+            self._mmap = mmap.mmap(self.fd, size)
+        except BaseException:
+            self.release_fd()
+            raise
+        if fd is not None:
+            self.release_fd()
         self.views = {
-            s.name: np.ndarray(s.shape, dtype=np.dtype(s.dtype), buffer=self._shm.buf, offset=s.offset)
+            s.name: np.ndarray(s.shape, dtype=np.dtype(s.dtype), buffer=self._mmap, offset=s.offset)
             for s in sections
         }
-        if self.owner:
-            for view in self.views.values():
-                view[...] = 0
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.views[name]
 
-    def leaves(self, prefix: str) -> list[np.ndarray]:
-        """The per-leaf slabs of ``prefix`` ("obs" or "act"), in leaf order."""
-        out, k = [], 0
-        while f"{prefix}{k}" in self.views:
-            out.append(self.views[f"{prefix}{k}"])
-            k += 1
-        return out
+    def leaves(self, prefix: str, layout: Layout) -> list[np.ndarray | None]:
+        """The per-leaf slabs of ``prefix`` ("obs" or "act"), in leaf order (None for object leaves)."""
+        return [self.views.get(f"{prefix}{k}") for k in range(len(layout.leaves))]
+
+    def send(self, pipe, pid: int) -> None:
+        """Hand the block to the worker process ``pid`` at the other end of ``pipe``."""
+        reduction.send_handle(pipe, self.fd, pid)
+
+    def release_fd(self) -> None:
+        """Close this process's descriptor (the mapping stays)."""
+        if self.fd is not None and self.fd >= 0:
+            os.close(self.fd)
+        self.fd = None
 
     def close(self) -> None:
-        """Drop the views and this process's mapping."""
+        """Drop the views and this object's hold on the mapping.
+
+        The mapping itself goes when its last array does: NumPy arrays over an ``mmap``
+        keep the object alive but hold no buffer export, so closing it by hand would
+        unmap memory that a zero-copy view (``copy=False``) still points at.
+        """
+        self.release_fd()
         self.views = {}
-        try:
-            self._shm.close()
-        except BufferError:
-            # A caller still holds a zero-copy view (copy=False); the mapping goes with it.
-            pass
-
-    def unlink(self) -> None:
-        """Remove the block from the system (the creator, or a worker whose creator died)."""
-        _unlink(self._shm, self.track)
+        self._mmap = None
 
 
-def unlink_block(name: str) -> None:
-    """Remove the block called ``name``, if it still exists.
+def receive(pipe) -> int:
+    """Worker side of :meth:`SharedBuffer.send`: the block's file descriptor."""
+    return reduction.recv_handle(pipe)
 
-    A worker calls this when it finds its parent dead (several may race: the
-    first one wins, the others find nothing).
-    """
+
+def _anonymous_file(size: int) -> int:
+    """A descriptor of ``size`` zero bytes of shared memory that no name refers to."""
+    if hasattr(os, "memfd_create"):
+        # (the name only labels the mappings in /proc/<pid>/maps: "/memfd:fastvec_<pid> (deleted)")
+        fd = os.memfd_create(f"fastvec_{os.getpid()}", os.MFD_CLOEXEC)
+    else:  # pragma: no cover - macOS, BSDs
+        import _posixshmem
+
+        name = f"/fastvec_{os.getpid()}_{secrets.token_hex(8)}"
+        fd = _posixshmem.shm_open(name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
+        _posixshmem.shm_unlink(name)  # the name existed for this one call; the memory lives on
     try:
-        shm = _open(name, create=False, size=0, track=False)
-    except FileNotFoundError:
-        return
-    shm.close()
-    _unlink(shm, track=False)
-
-
-def _open(name: str, *, create: bool, size: int, track: bool) -> shared_memory.SharedMemory:
-    if track:
-        return shared_memory.SharedMemory(name=name, create=create, size=size)
-    if sys.version_info >= (3, 13):
-        return shared_memory.SharedMemory(name=name, create=create, size=size, track=False)
-    with _resource_tracker_bypassed():
-        return shared_memory.SharedMemory(name=name, create=create, size=size)
-
-
-def _unlink(shm: shared_memory.SharedMemory, track: bool) -> None:
-    try:
-        if track or sys.version_info >= (3, 13):  # 3.13+: an untracked block unregisters nothing
-            shm.unlink()
-        else:
-            with _resource_tracker_bypassed():
-                shm.unlink()
-    except FileNotFoundError:
-        pass
-
-
-@contextlib.contextmanager
-def _resource_tracker_bypassed():
-    """Before Python 3.13, SharedMemory registers every block it creates or attaches
-    (and unregisters it on unlink), starting the tracker process on first use, and
-    has no switch for it: silence those two calls for the duration.
-
-    In a worker this also keeps its tracker from unlinking (or warning about) a block
-    the parent still owns. The calls are module globals, so another thread opening a
-    SharedMemory at the same instant would go untracked too (it still works).
-    """
-    register, unregister = resource_tracker.register, resource_tracker.unregister
-    resource_tracker.register = resource_tracker.unregister = lambda *args, **kwargs: None
-    try:
-        yield
-    finally:
-        resource_tracker.register, resource_tracker.unregister = register, unregister
+        os.ftruncate(fd, size)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

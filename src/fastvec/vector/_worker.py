@@ -1,13 +1,15 @@
 """What runs inside a FastVectorEnv worker process.
 
 A worker owns a contiguous range of envs ``[first, first + len(env_fns))``. It
-builds them, reports their spaces, attaches to the shared buffer, then loops:
-wait for a command on its control row, run it for each of its envs in turn,
-write the results into the buffer, mark the command done.
+builds them, reports their spaces, maps the shared buffer, then loops: wait for
+a command on its control row, run it for each of its envs in turn, write the
+results into the buffer, mark the command done.
 
-Autoreset follows SyncVectorEnv exactly (the per-env bookkeeping lives here);
-the parent rebuilds the vector infos from the (env index, final, info) events a
-worker sends only when some env produced an info.
+Autoreset follows SyncVectorEnv exactly (the per-env bookkeeping lives here).
+What has no place in the buffer travels on the worker's pipe, in one message
+beside the command's result and only when there is something to send: the
+observation parts without a fixed-size form (object leaves), new info signatures
+and info values that are not numbers (see :mod:`fastvec.vector._infos`).
 """
 from __future__ import annotations
 
@@ -24,63 +26,76 @@ from fastvec._ext import _env_loop, _sync
 from fastvec._ext._env_loop import EnvLoop
 from fastvec.spaces import Layout
 from fastvec.vector import _protocol
+from fastvec.vector._infos import InfoWriter
 from fastvec.vector._protocol import LIVENESS_INTERVAL, RECOVERABLE, Command, Status
-from fastvec.vector._shared_buffer import SharedBuffer, unlink_block
+from fastvec.vector._shared_buffer import SharedBuffer, receive
 
 # Names `call` must not reach: they have their own commands (as in AsyncVectorEnv).
 RESERVED_CALLS = ("reset", "step", "close", "_setattr", "_check_spaces")
 # Module aliases: an enum member lookup costs ~0.2 µs on Python 3.11, and the
 # step path reads these once per step.
-_OK, _MESSAGE = Status.OK, Status.MESSAGE
+_OK, _MESSAGE, _INFOS = Status.OK, Status.MESSAGE, Status.INFOS
 _STEP = Command.STEP
 _LOOP_MODES = {
     AutoresetMode.NEXT_STEP: _env_loop.NEXT_STEP,
     AutoresetMode.SAME_STEP: _env_loop.SAME_STEP,
     AutoresetMode.DISABLED: _env_loop.DISABLED,
 }
+# Object-leaf values of these types are sent again only when they change (a MiniGrid
+# mission string stays the same for a whole episode); they cannot change in place.
+_IMMUTABLE = (str, bytes, int, float, bool, type(None))
+_UNSENT = object()
 
 
 class _Worker:
-    def __init__(self, index, envs, first, pipe, autoreset_mode, buffer, obs_layout, act_layout, spin_s):
+    """One worker's envs and their views of the shared buffer (also the caller's own
+    share with ``step_in_caller=True``, then with no pipe)."""
+
+    def __init__(self, index, envs, first, autoreset_mode, buffer, obs_layout, act_layout):
         self.index = index
         self.envs = envs
         self.first = first
         self.stop = first + len(envs)
-        self.pipe = pipe
-        self.buffer = buffer
-        self.ctrl = buffer["ctrl"]
-        self.spin_s = spin_s
         self.obs_layout = obs_layout
         self.act_layout = act_layout
         rows = slice(first, self.stop)
-        self.obs_slabs = [s[rows] for s in buffer.leaves("obs")] if obs_layout is not None else None
-        self.act_slabs = [s[rows] for s in buffer.leaves("act")]
+        self.obs_slabs = ([None if s is None else s[rows] for s in buffer.leaves("obs", obs_layout)]
+                          if obs_layout is not None else None)
+        self.act_slabs = [None if s is None else s[rows] for s in buffer.leaves("act", act_layout)]
+        self.act_objects = act_layout.has_objects
         self.rewards = buffer["rewards"][rows]
         self.terminations = buffer["terminations"][rows]
         self.truncations = buffer["truncations"][rows]
+        self.infos = InfoWriter(buffer["info_ids"][rows], buffer["info_rows"][rows])
         self.autoreset = [False] * len(envs)
         self.last_obs: list[Any] = [None] * len(envs)
+        # per env, per object leaf of the observation: the value the caller has
+        self._sent = ([[_UNSENT] * sum(leaf.is_object for leaf in obs_layout.leaves) for _ in envs]
+                      if obs_layout is not None and obs_layout.has_objects else None)
         self.current_env: int | None = None  # global index of the env being run, for error reports
         # The per-env step loop, compiled (same statements as SyncVectorEnv.step).
         # (single-leaf observations are copied into the slab by the loop itself)
-        leaf_obs = self.obs_slabs[0] if obs_layout is not None and obs_layout.is_leaf else None
+        leaf_obs = (self.obs_slabs[0] if obs_layout is not None and obs_layout.is_leaf
+                    and not obs_layout.has_objects else None)
         self._loop = EnvLoop(envs, first, _LOOP_MODES[autoreset_mode], self.rewards, self.terminations,
-                             self.truncations, self.last_obs, self.autoreset, leaf_obs)
+                             self.truncations, self.last_obs, self.autoreset, self.infos.kernel, leaf_obs)
 
     # -- commands -----------------------------------------------------------------
-    def step(self) -> tuple[int, Any]:
-        actions = self._read_actions()
+    def step(self, objects: list | None = None) -> tuple[int, Any]:
+        """Step every env; ``objects``: the action's object-leaf values (from the pipe)."""
+        actions = self._read_actions(objects)
         try:
-            events = self._loop.step(actions)
+            self._loop.step(actions)
         except BaseException:
             self.current_env = self._loop.current
             raise
-        return self._finish_observations(events, self._loop.obs_written)
+        return self._finish(self._loop.obs_written)
 
     def reset(self, seeds, options, mask) -> tuple[int, Any]:
-        events = []
+        kernel = self.infos.kernel
         for j, env in enumerate(self.envs):
             if mask is not None and not mask[j]:
+                kernel.clear(j)
                 continue
             self.current_env = self.first + j
             self.last_obs[j], info = env.reset(seed=seeds[j], options=options)
@@ -89,10 +104,9 @@ class _Worker:
             self.rewards[j] = 0.0
             self.terminations[j] = False
             self.truncations[j] = False
-            if info:
-                events.append((self.first + j, None, info))
+            kernel.store(j, (info,))
         self.current_env = None
-        return self._finish_observations(events)
+        return self._finish()
 
     def call(self, name, args, kwargs):
         if name in RESERVED_CALLS:
@@ -113,44 +127,74 @@ class _Worker:
         return Status.OK, None
 
     # -- helpers --------------------------------------------------------------------
-    def _read_actions(self) -> list | np.ndarray:
+    def _read_actions(self, objects: list | None) -> list | np.ndarray:
         """Per-env actions, as SyncVectorEnv's ``iterate`` hands them to the envs."""
-        # A private copy: the parent may overwrite the shared slab before an env is done with it.
-        if self.act_layout.is_leaf:
+        layout = self.act_layout
+        if layout.is_leaf:
+            if self.act_objects:
+                return objects[0]
             slab = self.act_slabs[0]
             if slab.ndim == 1:
                 # One number per env (Discrete): EnvLoop's ``slab[j]`` is already a NumPy
                 # scalar holding a copy of the value, as iterating a copy would give.
                 return slab
+            # A private copy: the caller may overwrite the shared slab before an env is done with it.
             return np.array(slab)  # EnvLoop indexes it: the rows iterating it would give
-        leaves = [np.array(slab) for slab in self.act_slabs]
-        columns = [list(leaf) for leaf in leaves]
-        return [self.act_layout.join(values) for values in zip(*columns)]
+        pending = iter(objects or ())
+        columns = [list(np.array(slab)) if slab is not None else next(pending) for slab in self.act_slabs]
+        return [layout.join(values) for values in zip(*columns)]
 
-    def _finish_observations(self, events, written: bool = False) -> tuple[int, Any]:
-        """Store ``last_obs`` in the shared slabs (unless ``written`` there already by the
-        env loop) and return the command's status and reply."""
-        if self.obs_slabs is None:
+    def _finish(self, written: bool = False) -> tuple[int, Any]:
+        """Store ``last_obs`` in the shared slabs (unless the env loop ``written`` them
+        already) and return the command's status and reply (what goes on the pipe):
+        (observation parts, info message, whether some env left info values)."""
+        observations = self._store_observations(written)
+        kernel = self.infos.kernel
+        stored, kernel.stored = kernel.stored, 0
+        infos = self.infos.take_message() if stored else None
+        if observations is None and infos is None:
+            return (_INFOS if stored else _OK), None
+        return _MESSAGE, (observations, infos, stored > 0)
+
+    def _store_observations(self, written: bool):
+        """Fixed-size leaves into the slabs; returns what must go on the pipe (or None):
+        ``("all", observations)`` without a shared observation buffer, else the changed
+        object-leaf values ``[(env, leaf position, value)]``."""
+        layout = self.obs_layout
+        if layout is None:
             # No shared observation buffer (shared_memory=False): observations go on the pipe.
-            return _MESSAGE, (list(self.last_obs), events)
+            return ("all", list(self.last_obs))
         try:
-            if self.obs_layout.is_leaf:
+            if layout.is_leaf and not layout.has_objects:
                 # (written: the env loop already copied each observation into its row)
                 if not written and not _sync.stack_rows(self.last_obs, self.obs_slabs[0]):
                     np.stack(self.last_obs, axis=0, out=self.obs_slabs[0])
-            else:
-                per_leaf = zip(*(self.obs_layout.split(obs) for obs in self.last_obs))
-                for slab, values in zip(self.obs_slabs, per_leaf):
-                    values = list(values)
-                    if not _sync.stack_rows(values, slab):
-                        np.stack(values, axis=0, out=slab)
+                return None
+            per_leaf = zip(*(layout.split(obs) for obs in self.last_obs))
+            changed = []
+            position = 0
+            for slab, values in zip(self.obs_slabs, per_leaf):
+                if slab is None:
+                    changed.extend(self._changed_objects(position, values))
+                    position += 1
+                    continue
+                values = list(values)
+                if not _sync.stack_rows(values, slab):
+                    np.stack(values, axis=0, out=slab)
         except Exception as exc:
             self._explain_bad_observation(exc)
             raise
-        if events:
-            return _MESSAGE, (None, events)
-        return _OK, None
+        return changed or None
 
+    def _changed_objects(self, position: int, values) -> list:
+        out = []
+        for j, value in enumerate(values):
+            last = self._sent[j][position]
+            if type(value) in _IMMUTABLE and type(last) is type(value) and last == value:
+                continue
+            out.append((self.first + j, position, value))
+            self._sent[j][position] = value if type(value) in _IMMUTABLE else _UNSENT
+        return out
 
     def _explain_bad_observation(self, exc: Exception) -> None:
         """Name the env whose observation does not fit the observation space, if one does not."""
@@ -164,6 +208,8 @@ class _Worker:
                     f"its observation space {self.obs_layout.space}"
                 ) from exc
             for leaf, value in zip(self.obs_layout.leaves, values):
+                if leaf.is_object:
+                    continue
                 value = np.asarray(value)
                 if value.shape != leaf.shape or not np.can_cast(value.dtype, leaf.dtype, "same_kind"):
                     self.current_env = self.first + j
@@ -196,10 +242,11 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _error_report(exc: BaseException, env_index: int | None, phase: str) -> tuple:
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+def error_report(exc: BaseException, env_index: int | None, phase: str) -> tuple:
+    """What a worker sends when a command raised: enough to re-raise it in the caller."""
     import pickle
 
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     try:
         payload = pickle.dumps(exc)
     except Exception:
@@ -207,10 +254,10 @@ def _error_report(exc: BaseException, env_index: int | None, phase: str) -> tupl
     return ("error", env_index, phase, type(exc).__qualname__, str(exc), text, payload)
 
 
-def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: int, block_name: str,
+def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: int,
                 autoreset_mode: AutoresetMode, spin_s: float) -> None:
     """Entry point of a worker process (see FastVectorEnv for the protocol)."""
-    # Ctrl-C goes to the whole process group; the parent decides what happens.
+    # Ctrl-C goes to the whole process group; the caller decides what happens.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent_alive = _parent_watch(parent_pid)
     if parent_pipe is not None:
@@ -219,26 +266,24 @@ def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: 
     buffer = None
     try:
         try:
-            for k, env_fn in enumerate(env_fns):
+            for env_fn in env_fns:
                 envs.append(env_fn())
         except BaseException as exc:
-            _protocol.send(pipe, _error_report(exc, first + len(envs), "the env constructor"))
+            _protocol.send(pipe, error_report(exc, first + len(envs), "the env constructor"))
             return
         first_env = envs[0]
         _protocol.send(pipe, ("spaces", [(env.observation_space, env.action_space) for env in envs],
-                   dict(first_env.metadata), first_env.render_mode))
+                              dict(first_env.metadata), first_env.render_mode))
         message = pipe.recv()
         if message[0] != "attach":
             return
-        _, sections, size, shared_obs = message
-        buffer = SharedBuffer(sections, size, block_name, create=False)
-        obs_layout = Layout(first_env.observation_space) if shared_obs else None
-        act_layout = Layout(first_env.action_space)
-        worker = _Worker(index, envs, first, pipe, autoreset_mode, buffer, obs_layout, act_layout, spin_s)
+        _, sections, size, obs_layout, act_layout = message
+        buffer = SharedBuffer(sections, size, fd=receive(pipe))
+        worker = _Worker(index, envs, first, autoreset_mode, buffer, obs_layout, act_layout)
         _protocol.send(pipe, ("ready",))
-        _serve(worker, parent_alive)
+        _serve(worker, buffer["ctrl"], pipe, spin_s, parent_alive)
     except (EOFError, BrokenPipeError, ConnectionResetError):
-        pass  # the parent went away
+        pass  # the caller went away
     finally:
         for env in envs:
             try:
@@ -248,16 +293,14 @@ def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: 
         if buffer is not None:
             buffer.close()
         pipe.close()
-        if not parent_alive():
-            # The parent died without freeing the shared block (SIGKILL, a crash): nobody else will.
-            unlink_block(block_name)
 
 
-def _serve(worker: _Worker, parent_alive: Callable[[], bool]) -> None:
-    ctrl, index, pipe = worker.ctrl, worker.index, worker.pipe
+def _serve(worker: _Worker, ctrl: np.ndarray, pipe, spin_s: float, parent_alive: Callable[[], bool]) -> None:
+    index = worker.index
     seq = 0
+    act_objects = worker.act_objects
     while True:
-        got = _sync.wait_command(ctrl, index, seq, worker.spin_s, 5 * LIVENESS_INTERVAL)
+        got = _sync.wait_command(ctrl, index, seq, spin_s, 5 * LIVENESS_INTERVAL)
         if got is None:
             if not parent_alive():
                 return
@@ -266,7 +309,7 @@ def _serve(worker: _Worker, parent_alive: Callable[[], bool]) -> None:
         phase = "step"
         try:
             if command == _STEP:
-                status, reply = worker.step()
+                status, reply = worker.step(pipe.recv() if act_objects else None)
             elif command == Command.PIPE:
                 name, payload = pipe.recv()
                 phase = name
@@ -284,7 +327,7 @@ def _serve(worker: _Worker, parent_alive: Callable[[], bool]) -> None:
             else:
                 raise ValueError(f"unknown command word {command}")
         except BaseException as exc:
-            report = _error_report(exc, worker.current_env, phase)
+            report = error_report(exc, worker.current_env, phase)
             recoverable = phase in RECOVERABLE and isinstance(exc, Exception)
             _sync.finish_command(ctrl, index, seq, Status.CALL_ERROR if recoverable else Status.ERROR)
             _protocol.send(pipe, report)

@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 from gymnasium import Env, Space, logger
-from gymnasium.spaces import Discrete, MultiBinary, MultiDiscrete
+from gymnasium import spaces
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import (
@@ -35,9 +35,9 @@ from fastvec.errors import (
     WorkerError,
 )
 from fastvec.spaces import Layout
-from fastvec.vector import _shared_buffer
+from fastvec.vector import _protocol, _shared_buffer
 from fastvec.vector._arguments import seeds_per_env, split_reset_options
-from fastvec.vector import _protocol
+from fastvec.vector._infos import InfoAssembler, row_bytes_for
 from fastvec.vector._protocol import LIVENESS_INTERVAL, RECOVERABLE, Command, Status
 from fastvec.vector._worker import _Worker, worker_main
 
@@ -56,7 +56,10 @@ class _State(Enum):
 # 1 % of a 50 µs env's step over a dozen lookups per vector step.
 _DEFAULT, _WAITING_RESET, _WAITING_STEP = _State.DEFAULT, _State.WAITING_RESET, _State.WAITING_STEP
 _STEP = Command.STEP
-_OK, _MESSAGE, _ERROR, _CALL_ERROR = Status.OK, Status.MESSAGE, Status.ERROR, Status.CALL_ERROR
+_OK, _MESSAGE, _ERROR, _CALL_ERROR, _INFOS = Status.OK, Status.MESSAGE, Status.ERROR, Status.CALL_ERROR, Status.INFOS
+
+
+_FIXED_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 
 
 def _usable_cores() -> int:
@@ -117,13 +120,16 @@ class FastVectorEnv(VectorEnv):
             num_envs`` the envs are stepped with :meth:`send` / :meth:`recv` and a
             worker's envs always travel together, so ``num_envs`` must divide evenly
             among the workers and ``batch_size`` be a multiple of the envs per worker.
-        step_in_caller: the calling process steps the first worker's share of the
-            envs itself while the worker processes step theirs, instead of sleeping
-            until they are done (so ``num_workers`` counts the caller). This keeps
-            one process per core: with more processes than cores, every handshake
-            waits for a time slice. Default: on for synchronous stepping, off in
-            async mode (``batch_size < num_envs``), where the caller must stay free.
-            Envs stepped in the caller follow the same code and give the same results.
+        step_in_caller: opt-in (default ``False``): the calling process steps the
+            first worker's share of the envs itself while the worker processes step
+            theirs, instead of waiting for them (so ``num_workers`` counts the
+            caller, and one process fewer competes for the cores). It is faster on
+            small machines (on 2 cores: 1.0-1.3x the default on CartPole, about
+            1.05x on a 50 µs env), but an env in that share runs inside your
+            training process: an env that calls ``os._exit``, segfaults or is killed
+            takes the trainer down with it, and a hang there cannot honour
+            ``step_wait(timeout=)``. Synchronous stepping only (``batch_size ==
+            num_envs``). By default no env code runs in the calling process.
         worker_spin_us / parent_spin_us: how long a waiting worker / the caller
             spins before it blocks. Spinning answers in microseconds but takes a
             core; blocking frees it.
@@ -147,7 +153,7 @@ class FastVectorEnv(VectorEnv):
         observation_mode: str | tuple[Space, Space] = "same",
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         batch_size: int | None = None,
-        step_in_caller: bool | None = None,
+        step_in_caller: bool = False,
         worker_spin_us: float = 50.0,
         parent_spin_us: float = 20.0,
     ) -> None:
@@ -201,8 +207,6 @@ class FastVectorEnv(VectorEnv):
                     f"worker ({self.num_envs / self.num_workers:g}); e.g. num_envs=16, num_workers=8, batch_size=8"
                 )
         self.batch_size = int(batch_size)
-        if step_in_caller is None:
-            step_in_caller = self.batch_size == self.num_envs
         if step_in_caller and self.batch_size < self.num_envs:
             raise ValueError("step_in_caller=True needs synchronous stepping (batch_size == num_envs)")
         self.step_in_caller = bool(step_in_caller)
@@ -217,9 +221,6 @@ class FastVectorEnv(VectorEnv):
         self._stops = [s + n for s, n in zip(self._starts, sizes)]
 
         ctx = multiprocessing.get_context(context)
-        # Named before the workers start, so that they can free it even if this process
-        # dies before they attach (see _shared_buffer).
-        self._block_name = _shared_buffer.new_block_name()
         try:
             self._start_workers(ctx)
             self._handshake()
@@ -255,7 +256,7 @@ class FastVectorEnv(VectorEnv):
                 process = ctx.Process(
                     target=worker_main,
                     name=f"Worker<FastVectorEnv>-{w}",
-                    args=(w, fns, self._starts[w], child_pipe, parent_pipe, parent_pid, self._block_name,
+                    args=(w, fns, self._starts[w], child_pipe, parent_pipe, parent_pid,
                           self.autoreset_mode, self._worker_spin_s),
                     daemon=self.daemon,
                 )
@@ -330,55 +331,62 @@ class FastVectorEnv(VectorEnv):
         for i, (obs_space, act_space) in enumerate(spaces):
             if mode == "same" and obs_space != self.single_observation_space:
                 raise RuntimeError(
-                    f"FastVectorEnv(..., observation_mode='same') however env {i}'s observation space "
-                    f"{obs_space} differs from env 0's {self.single_observation_space}. If this is intentional, "
-                    "use `observation_mode='different'` instead."
+                    "FastVectorEnv(..., observation_mode='same') however some of the sub-environments "
+                    f"observation spaces are not equivalent (env {i}'s {obs_space} differs from env 0's "
+                    f"{self.single_observation_space}). If this is intentional, use "
+                    "`observation_mode='different'` instead."
                 )
             if mode != "same" and not is_space_dtype_shape_equiv(obs_space, self.single_observation_space):
                 raise RuntimeError(
-                    f"env {i}'s observation space {obs_space} does not share shape and dtype with "
-                    f"{self.single_observation_space}"
+                    "FastVectorEnv(..., observation_mode='different' or custom space) however the "
+                    f"sub-environment's observation spaces do not share a common shape and dtype (env {i}'s "
+                    f"{obs_space} against {self.single_observation_space})."
                 )
             if act_space != self.single_action_space:
-                raise RuntimeError(f"env {i}'s action space {act_space} differs from env 0's {self.single_action_space}")
+                raise RuntimeError(
+                    f"Some environments have an action space different from `{self.single_action_space}` "
+                    f"(env {i}'s is {act_space}). In order to batch actions, the action spaces from all "
+                    "environments must be equal."
+                )
 
-        self._act_layout = Layout(self.single_action_space)
+        self._act_layout = Layout(self.single_action_space, objects=True)
         if self.shared_memory:
-            try:
-                self._obs_layout = Layout(self.single_observation_space)
-            except ValueError as exc:
-                raise ValueError(f"{exc} Pass shared_memory=False to send such observations through pipes instead.") from None
+            self._obs_layout = _shared_observation_layout(self.single_observation_space)
+            self._obs_objects = [[None] * self.num_envs for leaf in self._obs_layout.leaves if leaf.is_object]
+            obs_bytes = sum(leaf.nbytes for leaf in self._obs_layout.leaves if not leaf.is_object)
         else:
             self._obs_layout = None
             self._obs_out = create_empty_array(self.single_observation_space, n=self.num_envs, fn=np.zeros)
             self._env_obs: list[Any] = [None] * self.num_envs
-        sections, size = _shared_buffer.plan(self.num_envs, self.num_workers, self._obs_layout, self._act_layout)
-        # Workers unlink the block if this process dies; with none, Python's resource tracker must.
-        no_worker_process = all(process is None for process in self._processes)
-        self._buffer = _shared_buffer.SharedBuffer(sections, size, self._block_name, create=True,
-                                                   track=no_worker_process)
+            obs_bytes = 0
+        sections, size = _shared_buffer.plan(self.num_envs, self.num_workers, self._obs_layout, self._act_layout,
+                                             row_bytes_for(obs_bytes))
+        self._buffer = _shared_buffer.SharedBuffer(sections, size)
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, _finalize, self._processes, self._pipes, [self._buffer])
         for w in self._remote_workers():
-            _protocol.send(self._pipes[w], ("attach", sections, size, self.shared_memory))
+            _protocol.send(self._pipes[w], ("attach", sections, size, self._obs_layout, self._act_layout))
+            self._buffer.send(self._pipes[w], self._processes[w].pid)
         for w in self._remote_workers():
             message = self._recv(w)
             if message[0] == "error":
                 self._raise_remote(w, message)
+        self._buffer.release_fd()  # every worker has mapped it: from now on only mappings keep it
         self._ctrl = self._buffer["ctrl"]
-        self._act_slabs = self._buffer.leaves("act")
+        self._act_slabs = self._buffer.leaves("act", self._act_layout)
         self._rewards = self._buffer["rewards"]
         self._terminations = self._buffer["terminations"]
         self._truncations = self._buffer["truncations"]
         if self._obs_layout is not None:
-            self._obs_slabs = self._buffer.leaves("obs")
-            self._obs_view = self._obs_layout.join(self._obs_slabs)
-        self._act_checks = [_action_check(leaf.space) for leaf in self._act_layout.leaves]
-        # One Cython call writes the common action batch (one int64 Discrete/MultiDiscrete leaf).
-        self._act_fast = _fast_int_actions(self._act_layout, self._act_slabs)
+            self._obs_slabs = self._buffer.leaves("obs", self._obs_layout)
+        worker_of_env = np.repeat(np.arange(self.num_workers), np.diff([0, *self._stops]))
+        self._infos = InfoAssembler(self._buffer["info_ids"], self._buffer["info_rows"], worker_of_env, self._starts)
+        self._all_env_rows = np.arange(self.num_envs, dtype=np.int64)
+        # One Cython call writes the common action batch (one leaf, an array of its dtype and shape).
+        self._act_fast = self._act_slabs[0] if self._act_layout.is_leaf and not self._act_layout.has_objects else None
         if self.step_in_caller:
-            self._local = _Worker(0, self._local_envs, 0, None, self.autoreset_mode, self._buffer,
-                                  self._obs_layout, self._act_layout, self._worker_spin_s)
+            self._local = _Worker(0, self._local_envs, 0, self.autoreset_mode, self._buffer,
+                                  self._obs_layout, self._act_layout)
             self._local_step_job = ("step", self._local.step, ())
             self._finalizer.detach()
             self._finalizer = weakref.finalize(self, _finalize, self._processes, self._pipes, [self._buffer],
@@ -396,6 +404,23 @@ class FastVectorEnv(VectorEnv):
             return
         _protocol.send(self._pipes[w], (name, payload))
         _sync.send_command(self._ctrl, w, Command.PIPE)
+
+    def _send_object_actions(self, objects: list, workers, env_ids) -> None:
+        """Start a step of ``workers`` whose action has object leaves: each gets its envs'
+        values on its pipe (the caller's own share, directly). ``env_ids``: the env of each
+        row of ``objects`` (0: rows are envs 0, 1, ...)."""
+        position = None if isinstance(env_ids, int) else {e: k for k, e in enumerate(np.asarray(env_ids).tolist())}
+        for w in workers:
+            if position is None:
+                chunk = [values[self._starts[w]:self._stops[w]] for values in objects]
+            else:
+                rows = [position[e] for e in range(self._starts[w], self._stops[w])]
+                chunk = [[values[k] for k in rows] for values in objects]
+            if w == 0 and self._local is not None:
+                self._local_job = ("step", self._local.step, (chunk,))
+            else:
+                _protocol.send(self._pipes[w], chunk)
+                _sync.send_command(self._ctrl, w, _STEP)
 
     @property
     def processes(self) -> list:
@@ -429,11 +454,14 @@ class FastVectorEnv(VectorEnv):
                 f"envs {envs} terminated or truncated and autoreset_mode=DISABLED: reset them with "
                 "`reset(options={'reset_mask': mask})` before stepping again"
             )
-        self._write_actions(actions)
+        objects = self._write_actions(actions)
         ctrl = self._ctrl
-        for w in self._remote_list:
-            _sync.send_command(ctrl, w, _STEP)
-        self._local_job = self._local_step_job
+        if objects is None:
+            for w in self._remote_list:
+                _sync.send_command(ctrl, w, _STEP)
+            self._local_job = self._local_step_job
+        else:
+            self._send_object_actions(objects, range(self.num_workers), 0)
         self._pending = self._remote_mask
         self._state = _WAITING_STEP
 
@@ -450,46 +478,57 @@ class FastVectorEnv(VectorEnv):
             infos,
         )
 
-    def _write_actions(self, actions, rows: np.ndarray | None = None) -> None:
+    def _write_actions(self, actions, rows: slice | np.ndarray | None = None) -> list | None:
         """Check ``actions`` against the action space and write them into the shared slabs.
 
-        ``rows``: the envs the actions are for (send/recv), an index array or a slice; default all envs.
+        ``rows``: the envs the actions are for (send/recv), an index array or a slice;
+        default all envs. Returns the values of the action's object leaves (Text, Graph, a
+        custom space, ...), one list per leaf in row order, for the pipes; None if it has none.
+
+        As in Gymnasium, values are not checked against the space (an out-of-range Discrete
+        action reaches the env); a batch of the wrong size is a ``ValueError``, a scalar or a
+        dtype that does not cast to the space's a ``TypeError``.
         """
         if self._act_fast is not None and not isinstance(rows, np.ndarray):
-            slab, low, high = self._act_fast
-            if _sync.copy_int_actions(actions, slab if rows is None else slab[rows], low, high):
-                return
-        if self._act_layout.is_leaf:
+            if _sync.copy_same_array(actions, self._act_fast if rows is None else self._act_fast[rows]):
+                return None
+        layout = self._act_layout
+        if layout.is_leaf:
             values = (actions,)
         else:
             try:
-                values = self._act_layout.split(actions)
+                values = layout.split(actions)
             except (KeyError, IndexError, TypeError) as exc:
                 raise ValueError(f"actions do not match the action space {self.action_space}: {exc!r}") from None
-        for leaf, slab, check, value in zip(self._act_layout.leaves, self._act_slabs, self._act_checks, values):
+        if rows is None:
+            count = self.num_envs
+        else:
+            count = len(rows) if isinstance(rows, np.ndarray) else rows.stop - rows.start
+        objects = []
+        for leaf, slab, value in zip(layout.leaves, self._act_slabs, values):
+            if slab is None:
+                objects.append(_object_batch(value, count, leaf))
+                continue
             value = np.asarray(value)
-            target = slab if rows is None or isinstance(rows, np.ndarray) else slab[rows]
-            expected = (len(rows), *slab.shape[1:]) if isinstance(rows, np.ndarray) else target.shape
+            if value.ndim == 0:
+                raise TypeError(f"actions{_path(leaf.path)} must be a batch of {count} actions for "
+                                f"{leaf.space}, got the scalar {value.item()!r}")
+            expected = (count, *slab.shape[1:])
             if value.shape != expected:
                 raise ValueError(
                     f"actions{_path(leaf.path)} have shape {value.shape}, expected {expected} "
-                    f"({expected[0]} envs, single action space {leaf.space})"
+                    f"({count} envs, single action space {leaf.space})"
                 )
             if value.dtype != slab.dtype and not np.can_cast(value.dtype, slab.dtype, casting="same_kind"):
                 raise TypeError(
                     f"actions{_path(leaf.path)} have dtype {value.dtype}, expected {slab.dtype} "
                     f"(or one that casts to it safely) for {leaf.space}"
                 )
-            if check is not None and value.dtype.kind not in "iub":
-                raise TypeError(f"actions{_path(leaf.path)} have dtype {value.dtype}, expected integers for {leaf.space}")
             if isinstance(rows, np.ndarray):
                 slab[rows] = value
-                written = slab[rows]
             else:
-                np.copyto(target, value, casting="same_kind")
-                written = target
-            if check is not None:
-                check(written, leaf.path)
+                np.copyto(slab if rows is None else slab[rows], value, casting="same_kind")
+        return objects or None
 
     def _collect(self, expected: _State, caller: str, timeout: float | None) -> dict[str, Any]:
         """Finish the pending ``expected`` call (step or reset) for ``caller`` (its name, for
@@ -499,46 +538,70 @@ class FastVectorEnv(VectorEnv):
             raise NoAsyncCallError(f"Calling `{caller}` without any prior call to `{expected.value}_async`.", expected.value)
         replies = self._wait(timeout, caller)
         self._state = _DEFAULT
-        return self._take_replies(replies)
+        return self._take_replies(replies, self._all_env_rows)
 
-    def _take_replies(self, replies) -> dict[str, Any]:
-        """Vector infos from the workers' events, in env order; pipe-borne observations kept."""
-        infos: dict[str, Any] = {}
-        for w, (obs_list, events) in replies:
-            if obs_list is not None:
-                self._env_obs[self._starts[w]:self._stops[w]] = obs_list
-            if events:
-                infos = self._add_events(infos, events)
-        return infos
+    def _take_replies(self, replies, env_rows: np.ndarray) -> dict[str, Any]:
+        """Keep the pipe-borne observation parts of the replies; return the vector infos of
+        the envs ``env_rows`` (one output row each)."""
+        any_info = self._infos_seen
+        for w, (observations, infos, has_infos) in replies:
+            if observations is not None:
+                if observations[0] == "all":
+                    self._env_obs[self._starts[w]:self._stops[w]] = observations[1]
+                else:
+                    for env, position, value in observations:
+                        self._obs_objects[position][env] = value
+            if infos is not None:
+                self._infos.receive(w, infos)
+            any_info = any_info or has_infos
+        if not any_info:
+            return {}
+        return self._infos.build(env_rows, len(env_rows))
 
     def _observations(self):
         if self._obs_layout is None:
             self._obs_out = concatenate(self.single_observation_space, self._env_obs, self._obs_out)
             return deepcopy(self._obs_out) if self.copy else self._obs_out
-        if not self.copy:
-            return self._obs_view
-        if self._obs_layout.is_leaf:
-            return self._obs_slabs[0].copy()
-        return self._obs_layout.join([slab.copy() for slab in self._obs_slabs])
+        return self._observation_rows(slice(None))
 
-    def _add_events(self, infos: dict, events) -> dict:
-        for env_index, final, info in events:
-            if final is not None:
-                infos = self._add_info(infos, {"final_obs": final[0], "final_info": final[1]}, env_index)
-            if info:
-                infos = self._add_info(infos, info, env_index)
-        return infos
+    def _observation_rows(self, rows: slice | np.ndarray):
+        """The observations of the envs ``rows`` (a slice: copies unless ``copy=False``)."""
+        if self._obs_layout is None:
+            items = [self._env_obs[i] for i in np.arange(self.num_envs)[rows]]
+            out = create_empty_array(self.single_observation_space, n=len(items), fn=np.zeros)
+            return concatenate(self.single_observation_space, items, out)
+        view = isinstance(rows, slice) and not self.copy
+        leaves = []
+        objects = iter(self._obs_objects)
+        for slab in self._obs_slabs:
+            if slab is None:
+                values = next(objects)
+                leaves.append(tuple(values[rows] if isinstance(rows, slice) else [values[i] for i in rows.tolist()]))
+            else:
+                leaves.append(slab[rows] if view or not isinstance(rows, slice) else slab[rows].copy())
+        return leaves[0] if self._obs_layout.is_leaf else self._obs_layout.join(leaves)
 
     # -- waiting and errors ---------------------------------------------------------------
     def _wait(self, timeout: float | None, caller: str) -> list:
-        """Wait for the pending workers; return [(worker, reply)] for those that sent one."""
+        """Wait for the pending workers; return [(worker, reply)] for those that sent one.
+
+        Also sets ``_infos_seen``: whether some env of the command left info values in the
+        buffer. A worker that failed is reported as AsyncVectorEnv reports it (one
+        ``logger.error`` pair per failed worker) and its exception re-raised.
+        """
         deadline = None if timeout is None else time.perf_counter() + timeout
         pending = self._pending
-        local_error = None
+        replies = []
+        call_errors = []
+        self._infos_seen = False
         try:
-            local_reply = self._run_local_job()
+            status, reply = self._run_local_job()
+            if status == _MESSAGE:
+                replies.append((0, reply))
+            elif status == _INFOS:
+                self._infos_seen = True
         except _RecoverableError as exc:
-            local_reply, local_error = None, exc.error  # raised once the workers have answered too
+            call_errors.append((0, exc.error))  # raised once the workers have answered too
         # (the step's mask, _remote_mask, never holds the caller's own worker 0)
         if self._local is not None and pending is not self._remote_mask and pending[0]:
             pending = pending.copy()
@@ -558,17 +621,8 @@ class FastVectorEnv(VectorEnv):
                 raise multiprocessing.TimeoutError(
                     f"The call to `{caller}` has timed out after {timeout} second(s); it is still pending."
                 )
-        replies = [local_reply] if local_reply is not None else []
-        call_errors = [(0, local_error)] if local_error is not None else []
-        ctrl = self._ctrl
-        for w in (self._remote_list if pending is self._remote_mask else np.flatnonzero(pending).tolist()):
-            if _sync.status(ctrl, w) == _OK:  # the common case, without _reply_of's call
-                continue
-            status, message = self._reply_of(w)
-            if status == _CALL_ERROR:
-                call_errors.append((w, message))
-                continue
-            replies.append((w, message))
+        self._read_statuses(self._remote_list if pending is self._remote_mask else np.flatnonzero(pending).tolist(),
+                            replies, call_errors)
         if call_errors:
             w, error = call_errors[0]
             if isinstance(error, BaseException):
@@ -576,27 +630,47 @@ class FastVectorEnv(VectorEnv):
             self._raise_remote(w, error, close=False)
         return replies
 
-    def _reply_of(self, w: int) -> tuple[int, Any]:
-        """Worker w's status for its finished command and the message it sent (None if OK).
+    def _read_statuses(self, workers, replies: list, call_errors: list) -> None:
+        """Read what each finished worker left: its pipe reply goes to ``replies``, a
+        call/set_attr error to ``call_errors``, info values set ``_infos_seen``; fatal errors
+        are raised (all of them logged first)."""
+        errors = []
+        ctrl = self._ctrl
+        for w in workers:
+            status = _sync.status(ctrl, w)
+            if status == _OK:  # the common case: nothing on the pipe
+                continue
+            if status == _INFOS:
+                self._infos_seen = True
+                continue
+            message = self._recv(w)
+            if status == _MESSAGE:
+                replies.append((w, message))
+            elif status == _CALL_ERROR:
+                call_errors.append((w, message))
+            else:
+                errors.append((w, message))
+        if errors:
+            self._raise_remote_errors(errors)
 
-        A fatal error report is re-raised here (closing the vector env).
-        """
-        status = _sync.status(self._ctrl, w)
-        if status == _OK:
-            return status, None
-        message = self._recv(w)
-        if status == _ERROR:
-            self._raise_remote(w, message)
-        return status, message
+    def _raise_remote_errors(self, errors: list) -> None:
+        """Log each failed worker's error as AsyncVectorEnv does, then re-raise the last one
+        (closing the vector env)."""
+        for w, report in errors:
+            env_index = report[1] if report[1] is not None else self._starts[w]
+            logger.error(f"Received the following error from Worker-{env_index} - Shutting it down")
+            logger.error(f"{report[5]}")
+        logger.error("Raising the last exception back to the main process.")
+        self._raise_remote(*errors[-1])
 
-    def _run_local_job(self) -> tuple | None:
-        """Run the caller's own share of the pending command; its (0, reply) if it sent one."""
+    def _run_local_job(self) -> tuple[int | None, Any]:
+        """Run the caller's own share of the pending command; its (status, reply)."""
         if self._local_job is None:
-            return None
+            return None, None
         phase, method, args = self._local_job
         self._local_job = None
         try:
-            status, reply = method(*args)
+            return method(*args)
         except Exception as exc:
             if phase in RECOVERABLE:
                 _annotate(exc, self._local.current_env,
@@ -605,7 +679,6 @@ class FastVectorEnv(VectorEnv):
             self._fail_local(exc, phase)
         except BaseException as exc:
             self._fail_local(exc, phase)
-        return (0, reply) if status == _MESSAGE else None
 
     def _fail_local(self, exc: BaseException, phase: str) -> None:
         env_index = self._local.current_env
@@ -682,6 +755,7 @@ class FastVectorEnv(VectorEnv):
             rows = slice(self._starts[w], self._stops[w])
             worker_mask = None if mask is None else mask[rows].tolist()
             if worker_mask is not None and not any(worker_mask):
+                self._infos.ids[rows] = 0  # (an idle worker: its envs add no info to this reset)
                 continue
             self._dispatch(w, "reset", (seeds[rows], options, worker_mask))
             pending[w] = 1
@@ -726,12 +800,17 @@ class FastVectorEnv(VectorEnv):
         busy = [w for w in workers if self._inflight[w]]
         if busy:
             raise ValueError(f"envs of workers {busy} are still stepping: recv() them before sending them new actions")
-        self._write_actions(actions, rows=rows)
+        objects = self._write_actions(actions, rows=rows)
+        if objects is None:
+            for w in workers:
+                if w == 0 and self._local is not None:
+                    self._local_job = self._local_step_job
+                else:
+                    _sync.send_command(self._ctrl, w, _STEP)
+        else:
+            ids = np.arange(self.num_envs)[rows] if isinstance(rows, slice) else rows
+            self._send_object_actions(objects, workers, ids)
         for w in workers:
-            if w == 0 and self._local is not None:
-                self._local_job = self._local_step_job
-            else:
-                _sync.send_command(self._ctrl, w, _STEP)
             self._inflight[w] = 1
             self._ready[w] = 0
         self._async_used = True
@@ -777,10 +856,14 @@ class FastVectorEnv(VectorEnv):
         got: list[int] = []
         count = 0
         pending = self._inflight.copy()
-        local_reply = None
+        replies: list = []
+        self._infos_seen = False
         if self._local is not None and pending[0]:
             # The caller's own share runs now, synchronously: it is the first one ready.
-            local_reply = self._run_local_job()
+            status, reply = self._run_local_job()
+            if status == _MESSAGE:
+                replies.append((0, reply))
+            self._infos_seen = status == _INFOS
             pending[0] = 0
             got.append(0)
             count += self._stops[0] - self._starts[0]
@@ -798,31 +881,16 @@ class FastVectorEnv(VectorEnv):
             got.append(w)
             count += self._stops[w] - self._starts[w]
         got.sort()
-        replies = [local_reply] if local_reply is not None else []
         for w in got:
             self._inflight[w] = 0
             self._ready[w] = 1
-            if w == 0 and self._local is not None:
-                continue
-            status, message = self._reply_of(w)
-            if status != _OK:
-                replies.append((w, message))
+        self._read_statuses([w for w in got if not (w == 0 and self._local is not None)], replies, [])
         contiguous = len(got) == got[-1] - got[0] + 1
         if contiguous:
             env_ids = np.arange(self._starts[got[0]], self._stops[got[-1]])
         else:
             env_ids = np.concatenate([np.arange(self._starts[w], self._stops[w]) for w in got])
-        batch = _BatchInfos(len(env_ids))
-        position = {e: k for k, e in enumerate(env_ids.tolist())} if replies else None
-        for w, (obs_list, events) in replies:
-            if obs_list is not None:
-                self._env_obs[self._starts[w]:self._stops[w]] = obs_list
-            for env_index, final, info in events or ():
-                if final is not None:
-                    batch.add({"final_obs": final[0], "final_info": final[1]}, position[env_index])
-                if info:
-                    batch.add(info, position[env_index])
-        infos = batch.infos
+        infos = self._take_replies(replies, env_ids)
         infos["env_id"] = env_ids
         rows = slice(self._starts[got[0]], self._stops[got[-1]]) if contiguous else env_ids
         return (
@@ -832,17 +900,6 @@ class FastVectorEnv(VectorEnv):
             self._truncations[rows].copy() if contiguous else self._truncations[rows],
             infos,
         )
-
-    def _observation_rows(self, rows):
-        if self._obs_layout is None:
-            items = [self._env_obs[i] for i in np.arange(self.num_envs)[rows]]
-            out = create_empty_array(self.single_observation_space, n=len(items), fn=np.zeros)
-            return concatenate(self.single_observation_space, items, out)
-        if isinstance(rows, slice) and not self.copy:
-            leaves = [slab[rows] for slab in self._obs_slabs]  # zero-copy views
-        else:
-            leaves = [slab[rows].copy() if isinstance(rows, slice) else slab[rows] for slab in self._obs_slabs]
-        return self._obs_layout.join(leaves)
 
     def _drain(self) -> None:
         """Wait out send/recv commands still in flight (their results are dropped)."""
@@ -953,6 +1010,10 @@ class FastVectorEnv(VectorEnv):
                         _sync.send_command(ctrl, w, Command.CLOSE)
         self._local_job = self._local_step_job = None
         self._local = None
+        # Drop every view of the shared block: its mapping goes with the last one (a
+        # copy=False observation the user still holds keeps it).
+        self._ctrl = self._rewards = self._terminations = self._truncations = self._act_fast = None
+        self._act_slabs = self._obs_slabs = self._infos = None
         _finalize(self._processes, self._pipes, [self._buffer], timeout=0.0 if terminate else timeout,
                   envs=getattr(self, "_local_envs", ()))
         self._local_envs = ()
@@ -974,7 +1035,7 @@ class FastVectorEnv(VectorEnv):
 
 
 def _finalize(processes, pipes, buffers, timeout: float = 0.0, envs=()) -> None:
-    """End the workers (politely for ``timeout`` seconds, then by force) and free the buffer.
+    """End the workers (politely for ``timeout`` seconds, then by force) and unmap the buffer.
 
     Also the garbage-collection / interpreter-exit path, so it holds no reference to the env.
     ``envs``: the envs the caller stepped itself, closed here.
@@ -1011,7 +1072,6 @@ def _finalize(processes, pipes, buffers, timeout: float = 0.0, envs=()) -> None:
     for buffer in buffers:
         if buffer is not None:
             buffer.close()
-            buffer.unlink()
 
 
 def _annotate(exc: BaseException, env_index: int | None, note: str) -> None:
@@ -1032,67 +1092,40 @@ class _RecoverableError(Exception):
         self.error = error
 
 
-class _BatchInfos:
-    """Builds vector infos for a recv batch: VectorEnv._add_info over ``num_envs`` rows."""
-
-    _add_info = VectorEnv._add_info
-
-    def __init__(self, num_envs: int):
-        self.num_envs = num_envs
-        self.infos: dict[str, Any] = {}
-
-    def add(self, info: dict, row: int) -> None:
-        self.infos = self._add_info(self.infos, info, row)
-
-
 def _path(path: tuple) -> str:
     return "".join(f"[{key!r}]" for key in path)
 
 
-def _int_action_bounds(space) -> tuple[np.ndarray, np.ndarray] | None:
-    """One row's inclusive bounds for a discrete action leaf, as flat int64 arrays (None: not discrete)."""
-    if isinstance(space, Discrete):
-        low, high = np.array([space.start]), np.array([space.start + space.n - 1])
-    elif isinstance(space, MultiDiscrete):
-        low, high = space.start, space.start + space.nvec - 1
-    elif isinstance(space, MultiBinary):
-        low, high = np.zeros(space.shape, np.int64), np.ones(space.shape, np.int64)
-    else:
-        return None
-    return (np.ascontiguousarray(low, dtype=np.int64).reshape(-1),
-            np.ascontiguousarray(high, dtype=np.int64).reshape(-1))
+def _object_batch(value, count: int, leaf) -> list:
+    """A batch of ``count`` actions for an object leaf (Text, Graph, a custom space...), as a list."""
+    try:
+        values = list(value)
+    except TypeError:
+        raise TypeError(f"actions{_path(leaf.path)} must be a sequence of {count} actions for {leaf.space}, "
+                        f"got {type(value).__name__}") from None
+    if len(values) != count:
+        raise ValueError(f"actions{_path(leaf.path)} hold {len(values)} actions, expected {count} "
+                         f"({count} envs, single action space {leaf.space})")
+    return values
 
 
-def _fast_int_actions(layout: Layout, slabs: list) -> tuple | None:
-    """(slab, low, high) for ``_sync.copy_int_actions`` when the action space is one int64 discrete leaf."""
-    if not layout.is_leaf or slabs[0].dtype != np.int64:
-        return None
-    bounds = _int_action_bounds(layout.leaves[0].space)
-    return None if bounds is None else (slabs[0], *bounds)
+# Gymnasium's own spaces without a fixed-size array form: their values travel on the pipes.
+_PIPED_SPACES = (spaces.Text, spaces.Graph, spaces.Sequence, spaces.OneOf)
 
 
-def _action_check(space) -> Callable | None:
-    """A range check for a discrete action leaf (Box actions are not checked, as in Gymnasium).
+def _shared_observation_layout(space: Space) -> Layout:
+    """The observation layout with ``shared_memory=True``: fixed-size leaves in shared
+    memory, the rest (Text, Graph, Sequence, OneOf, custom spaces inside a Dict/Tuple) on
+    the pipes.
 
-    The check runs on the actions as written into the shared slab (one Cython pass);
-    a failure raises before any worker is told to step.
+    A custom space as the whole observation space leaves nothing to share: that raises
+    the ``ValueError`` AsyncVectorEnv raises (pass ``shared_memory=False``).
     """
-    bounds = _int_action_bounds(space)
-    if bounds is None:
-        return None
-    low, high = bounds
-
-    def check(written: np.ndarray, path: tuple) -> None:
-        flat = written.reshape(-1)
-        if flat.dtype != np.int64:
-            flat = flat.astype(np.int64)
-        if _sync.first_out_of_range(flat, low, high) < 0:
-            return
-        rows = written.reshape(len(written), -1)
-        bad = np.flatnonzero(np.any((rows < low) | (rows > high), axis=1))
-        raise ValueError(f"actions{_path(path)} of envs {bad.tolist()} are outside {space}: got {written[bad].tolist()}")
-
-    return check
-
-
-
+    if not isinstance(space, (spaces.Dict, spaces.Tuple, *_PIPED_SPACES, *_FIXED_SPACES)):
+        raise ValueError(
+            f"Using `shared_memory=True` with the custom observation space {space!r} (a "
+            f"{type(space).__name__}, not one of Gymnasium's spaces) leaves nothing to share: set "
+            "`shared_memory=False` to send its observations through pipes (custom spaces inside a "
+            "Dict or Tuple work either way)."
+        )
+    return Layout(space, objects=True)
