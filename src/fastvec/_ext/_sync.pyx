@@ -405,27 +405,42 @@ def stack_rows(list rows not None, cnp.ndarray out not None):  # out: OUT
     return True
 
 
-def copy_same_array(object src, cnp.ndarray dst not None):  # dst: OUT
+def write_action_rows(object src, cnp.ndarray slab not None, Py_ssize_t first, Py_ssize_t count,
+                      tuple leaf_shape not None):  # slab: OUT
     """The common case of writing a batch of actions: one call, no temporaries.
 
-    When ``src`` is a C-contiguous ndarray of exactly ``dst``'s dtype (native byte
-    order) and shape, copy it into ``dst`` (C-contiguous) and return True. Otherwise
-    write nothing and return False: the caller's general path then converts, checks
-    and explains.
+    ``slab`` is an action leaf's shared slab, uint8 ``[num_envs, 8 * leaf size]``: each
+    env's row holds its action in the dtype the caller gave (at most 8 bytes a value), so
+    the env receives what SyncVectorEnv would hand it. When ``src`` is a C-contiguous
+    ndarray of a bool, integer or float dtype (native byte order, at most 8 bytes) and
+    shape ``(count, *leaf_shape)``, copy row i into slab row ``first + i`` and return the
+    dtype's character code; otherwise write nothing and return 0 (the caller's general
+    path then converts, checks and explains).
     """
-    cdef int d
     cdef cnp.ndarray a
-    if not cnp.PyArray_IS_C_CONTIGUOUS(dst) or not cnp.PyArray_ISWRITEABLE(dst):
-        raise ValueError("dst must be a writeable C-contiguous array")
+    cdef Py_ssize_t size = 1, row_bytes, stride, i, k
+    cdef int ndim = len(leaf_shape) + 1
+    if (cnp.PyArray_TYPE(slab) != cnp.NPY_UINT8 or cnp.PyArray_NDIM(slab) != 2
+            or not cnp.PyArray_IS_C_CONTIGUOUS(slab) or not cnp.PyArray_ISWRITEABLE(slab)):
+        raise ValueError("slab must be a writeable C-contiguous uint8 array [num_envs, bytes per row]")
     if type(src) is not cnp.ndarray:
-        return False
+        return 0
     a = <cnp.ndarray>src
-    if (cnp.PyArray_TYPE(a) != cnp.PyArray_TYPE(dst) or not cnp.PyArray_IS_C_CONTIGUOUS(a)
-            or not cnp.PyArray_ISNOTSWAPPED(a) or cnp.PyArray_NDIM(a) != cnp.PyArray_NDIM(dst)
-            or cnp.PyArray_ITEMSIZE(a) != cnp.PyArray_ITEMSIZE(dst)):
-        return False
-    for d in range(cnp.PyArray_NDIM(a)):
-        if cnp.PyArray_DIMS(a)[d] != cnp.PyArray_DIMS(dst)[d]:
-            return False
-    memcpy(cnp.PyArray_DATA(dst), cnp.PyArray_DATA(a), cnp.PyArray_NBYTES(a))
-    return True
+    if (not (cnp.PyArray_ISBOOL(a) or cnp.PyArray_ISINTEGER(a) or cnp.PyArray_ISFLOAT(a))
+            or cnp.PyArray_ITEMSIZE(a) > 8 or not cnp.PyArray_IS_C_CONTIGUOUS(a)
+            or not cnp.PyArray_ISNOTSWAPPED(a) or cnp.PyArray_NDIM(a) != ndim):
+        return 0
+    for k in range(1, ndim):
+        if cnp.PyArray_DIMS(a)[k] != <cnp.npy_intp>leaf_shape[k - 1]:
+            return 0
+        size *= cnp.PyArray_DIMS(a)[k]
+    if cnp.PyArray_DIMS(a)[0] != count:
+        return 0
+    stride = cnp.PyArray_DIMS(slab)[1]
+    if not 0 <= first <= first + count <= cnp.PyArray_DIMS(slab)[0] or size * 8 > stride:
+        return 0
+    row_bytes = size * cnp.PyArray_ITEMSIZE(a)
+    for i in range(count):
+        memcpy(<char *>cnp.PyArray_DATA(slab) + (first + i) * stride,
+               <char *>cnp.PyArray_DATA(a) + i * row_bytes, row_bytes)
+    return ord(a.dtype.char)

@@ -22,6 +22,7 @@ class Command(IntEnum):
     STEP = 1  # actions are in the buffer; no pipe message
     PIPE = 2  # a (name, payload) message waits on the pipe
     CLOSE = 3  # close the envs and exit
+    STEP_PIPE = 4  # step with the per-env actions waiting on the pipe (what has no place in the buffer)
 
 
 class Status(IntEnum):

@@ -1,10 +1,10 @@
 """One shared-memory block per vector env, carved into aligned NumPy views.
 
 The caller lays the block out (:func:`plan`), creates it, and hands it to each
-worker. Sections: the control rows, one slab per fixed-size observation leaf and
-per action leaf (``[num_envs, *leaf_shape]``), rewards (float64), terminations
-and truncations (bool) as SyncVectorEnv returns them, and the info section
-(see :mod:`fastvec.vector._infos`).
+worker. Sections: the control rows, one slab per fixed-size observation leaf
+(``[num_envs, *leaf_shape]``) and per action leaf (raw rows, see :func:`plan`),
+rewards (float64), terminations and truncations (bool) as SyncVectorEnv returns
+them, and the info section (see :mod:`fastvec.vector._infos`).
 
 The block has no name anyone could leave behind. It is an anonymous file: a
 ``memfd`` on Linux; elsewhere a POSIX shared-memory object whose name is removed
@@ -68,9 +68,12 @@ def plan(num_envs: int, num_workers: int, obs_layout: Layout | None, act_layout:
         for k, leaf in enumerate(obs_layout.leaves):
             if not leaf.is_object:
                 add(f"obs{k}", (num_envs, *leaf.shape), leaf.dtype)
+    # An action leaf's rows hold its values in whatever dtype the caller gave (up to 8
+    # bytes a value), named per worker in act_dtypes (a dtype character code per leaf).
     for k, leaf in enumerate(act_layout.leaves):
         if not leaf.is_object:
-            add(f"act{k}", (num_envs, *leaf.shape), leaf.dtype)
+            add(f"act{k}", (num_envs, 8 * leaf.size), np.uint8)
+    add("act_dtypes", (num_workers, max(len(act_layout.leaves), 1)), np.uint32)
     add("rewards", (num_envs,), np.float64)
     add("terminations", (num_envs,), np.bool_)
     add("truncations", (num_envs,), np.bool_)

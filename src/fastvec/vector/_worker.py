@@ -35,7 +35,7 @@ RESERVED_CALLS = ("reset", "step", "close", "_setattr", "_check_spaces")
 # Module aliases: an enum member lookup costs ~0.2 µs on Python 3.11, and the
 # step path reads these once per step.
 _OK, _MESSAGE, _INFOS = Status.OK, Status.MESSAGE, Status.INFOS
-_STEP = Command.STEP
+_STEP, _STEP_PIPE = Command.STEP, Command.STEP_PIPE
 _LOOP_MODES = {
     AutoresetMode.NEXT_STEP: _env_loop.NEXT_STEP,
     AutoresetMode.SAME_STEP: _env_loop.SAME_STEP,
@@ -62,7 +62,8 @@ class _Worker:
         self.obs_slabs = ([None if s is None else s[rows] for s in buffer.leaves("obs", obs_layout)]
                           if obs_layout is not None else None)
         self.act_slabs = [None if s is None else s[rows] for s in buffer.leaves("act", act_layout)]
-        self.act_objects = act_layout.has_objects
+        self.act_codes = buffer["act_dtypes"][index]  # the dtype of each action leaf this step
+        self._act_views: dict = {}  # (leaf, dtype code) -> the slab's rows seen as that dtype
         self.rewards = buffer["rewards"][rows]
         self.terminations = buffer["terminations"][rows]
         self.truncations = buffer["truncations"][rows]
@@ -81,9 +82,11 @@ class _Worker:
                              self.truncations, self.last_obs, self.autoreset, self.infos.kernel, leaf_obs)
 
     # -- commands -----------------------------------------------------------------
-    def step(self, objects: list | None = None) -> tuple[int, Any]:
-        """Step every env; ``objects``: the action's object-leaf values (from the pipe)."""
-        actions = self._read_actions(objects)
+    def step(self, actions: list | None = None) -> tuple[int, Any]:
+        """Step every env; ``actions``: one per env when they came on the pipe, else None
+        (they are in the slabs)."""
+        if actions is None:
+            actions = self._read_actions()
         try:
             self._loop.step(actions)
         except BaseException:
@@ -127,22 +130,30 @@ class _Worker:
         return Status.OK, None
 
     # -- helpers --------------------------------------------------------------------
-    def _read_actions(self, objects: list | None) -> list | np.ndarray:
-        """Per-env actions, as SyncVectorEnv's ``iterate`` hands them to the envs."""
+    def _read_actions(self) -> list | np.ndarray:
+        """Per-env actions from the slabs, as SyncVectorEnv's ``iterate`` hands them to the envs."""
         layout = self.act_layout
+        codes = self.act_codes.tolist()
         if layout.is_leaf:
-            if self.act_objects:
-                return objects[0]
-            slab = self.act_slabs[0]
-            if slab.ndim == 1:
-                # One number per env (Discrete): EnvLoop's ``slab[j]`` is already a NumPy
+            view = self._act_view(0, codes[0])
+            if view.ndim == 1:
+                # One number per env (Discrete): EnvLoop's ``view[j]`` is already a NumPy
                 # scalar holding a copy of the value, as iterating a copy would give.
-                return slab
+                return view
             # A private copy: the caller may overwrite the shared slab before an env is done with it.
-            return np.array(slab)  # EnvLoop indexes it: the rows iterating it would give
-        pending = iter(objects or ())
-        columns = [list(np.array(slab)) if slab is not None else next(pending) for slab in self.act_slabs]
+            return np.array(view)  # EnvLoop indexes it: the rows iterating it would give
+        columns = [list(np.array(self._act_view(k, code))) for k, code in enumerate(codes[: len(layout.leaves)])]
         return [layout.join(values) for values in zip(*columns)]
+
+    def _act_view(self, k: int, code: int) -> np.ndarray:
+        """Leaf ``k``'s rows of the action slab seen as the dtype ``code`` names."""
+        view = self._act_views.get((k, code))
+        if view is None:
+            leaf = self.act_layout.leaves[k]
+            dtype = np.dtype(chr(code))
+            raw = self.act_slabs[k][:, : leaf.size * dtype.itemsize]
+            view = self._act_views[k, code] = raw.view(dtype).reshape((len(raw), *leaf.shape))
+        return view
 
     def _finish(self, written: bool = False) -> tuple[int, Any]:
         """Store ``last_obs`` in the shared slabs (unless the env loop ``written`` them
@@ -298,7 +309,6 @@ def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: 
 def _serve(worker: _Worker, ctrl: np.ndarray, pipe, spin_s: float, parent_alive: Callable[[], bool]) -> None:
     index = worker.index
     seq = 0
-    act_objects = worker.act_objects
     while True:
         got = _sync.wait_command(ctrl, index, seq, spin_s, 5 * LIVENESS_INTERVAL)
         if got is None:
@@ -309,7 +319,9 @@ def _serve(worker: _Worker, ctrl: np.ndarray, pipe, spin_s: float, parent_alive:
         phase = "step"
         try:
             if command == _STEP:
-                status, reply = worker.step(pipe.recv() if act_objects else None)
+                status, reply = worker.step()
+            elif command == _STEP_PIPE:
+                status, reply = worker.step(pipe.recv())
             elif command == Command.PIPE:
                 name, payload = pipe.recv()
                 phase = name

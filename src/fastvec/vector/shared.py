@@ -23,6 +23,7 @@ from gymnasium.vector.utils import (
     clear_mpi_env_vars,
     concatenate,
     create_empty_array,
+    iterate,
 )
 
 from fastvec._ext import _sync
@@ -56,6 +57,7 @@ class _State(Enum):
 # 1 % of a 50 µs env's step over a dozen lookups per vector step.
 _DEFAULT, _WAITING_RESET, _WAITING_STEP = _State.DEFAULT, _State.WAITING_RESET, _State.WAITING_STEP
 _STEP = Command.STEP
+_STEP_PIPE = Command.STEP_PIPE
 _OK, _MESSAGE, _ERROR, _CALL_ERROR, _INFOS = Status.OK, Status.MESSAGE, Status.ERROR, Status.CALL_ERROR, Status.INFOS
 
 
@@ -230,6 +232,7 @@ class FastVectorEnv(VectorEnv):
         self._state = _State.DEFAULT
         self._pending: np.ndarray = np.zeros(self.num_workers, dtype=np.uint8)
         self._all_workers = np.ones(self.num_workers, dtype=np.uint8)
+        self._all_workers_list = list(range(self.num_workers))
         self._remote_list = list(self._remote_workers())
         self._remote_mask = np.zeros(self.num_workers, dtype=np.uint8)
         self._remote_mask[self._remote_list] = 1
@@ -332,8 +335,8 @@ class FastVectorEnv(VectorEnv):
             if mode == "same" and obs_space != self.single_observation_space:
                 raise RuntimeError(
                     "FastVectorEnv(..., observation_mode='same') however some of the sub-environments "
-                    f"observation spaces are not equivalent (env {i}'s {obs_space} differs from env 0's "
-                    f"{self.single_observation_space}). If this is intentional, use "
+                    f"observation spaces are not equivalent. Env {i}'s {obs_space} differs from env 0's "
+                    f"{self.single_observation_space}. If this is intentional, use "
                     "`observation_mode='different'` instead."
                 )
             if mode != "same" and not is_space_dtype_shape_equiv(obs_space, self.single_observation_space):
@@ -382,8 +385,12 @@ class FastVectorEnv(VectorEnv):
         worker_of_env = np.repeat(np.arange(self.num_workers), np.diff([0, *self._stops]))
         self._infos = InfoAssembler(self._buffer["info_ids"], self._buffer["info_rows"], worker_of_env, self._starts)
         self._all_env_rows = np.arange(self.num_envs, dtype=np.int64)
-        # One Cython call writes the common action batch (one leaf, an array of its dtype and shape).
-        self._act_fast = self._act_slabs[0] if self._act_layout.is_leaf and not self._act_layout.has_objects else None
+        self._act_dtypes = self._buffer["act_dtypes"]
+        self._act_codes_everywhere: tuple | None = None  # the dtype codes every worker has, if one set
+        self._act_codes: tuple = ()  # the dtype codes of the actions last written
+        # One Cython call writes the common action batch (one leaf, an ndarray of its shape).
+        self._act_single = self._act_slabs[0] if self._act_layout.is_leaf and not self._act_layout.has_objects else None
+        self._act_single_shape = self._act_layout.leaves[0].shape
         if self.step_in_caller:
             self._local = _Worker(0, self._local_envs, 0, self.autoreset_mode, self._buffer,
                                   self._obs_layout, self._act_layout)
@@ -405,22 +412,42 @@ class FastVectorEnv(VectorEnv):
         _protocol.send(self._pipes[w], (name, payload))
         _sync.send_command(self._ctrl, w, Command.PIPE)
 
-    def _send_object_actions(self, objects: list, workers, env_ids) -> None:
-        """Start a step of ``workers`` whose action has object leaves: each gets its envs'
-        values on its pipe (the caller's own share, directly). ``env_ids``: the env of each
-        row of ``objects`` (0: rows are envs 0, 1, ...)."""
-        position = None if isinstance(env_ids, int) else {e: k for k, e in enumerate(np.asarray(env_ids).tolist())}
+    def _start_steps(self, workers, per_env: list | None, env_ids=None) -> None:
+        """Tell ``workers`` to step: the actions are in the slabs (``per_env`` None, their dtype
+        codes in ``_act_codes``) or, one per env, in ``per_env`` for the pipes (row k for env
+        ``env_ids[k]``; default: env k). The caller's own share, if any, runs at the next wait."""
+        ctrl = self._ctrl
+        if per_env is None:
+            self._publish_action_dtypes(workers)
+            for w in workers:
+                if w == 0 and self._local is not None:
+                    self._local_job = self._local_step_job
+                else:
+                    _sync.send_command(ctrl, w, _STEP)
+            return
+        position = None if env_ids is None else {e: k for k, e in enumerate(np.asarray(env_ids).tolist())}
         for w in workers:
             if position is None:
-                chunk = [values[self._starts[w]:self._stops[w]] for values in objects]
+                chunk = per_env[self._starts[w]:self._stops[w]]
             else:
-                rows = [position[e] for e in range(self._starts[w], self._stops[w])]
-                chunk = [[values[k] for k in rows] for values in objects]
+                chunk = [per_env[position[e]] for e in range(self._starts[w], self._stops[w])]
             if w == 0 and self._local is not None:
                 self._local_job = ("step", self._local.step, (chunk,))
             else:
                 _protocol.send(self._pipes[w], chunk)
-                _sync.send_command(self._ctrl, w, _STEP)
+                _sync.send_command(ctrl, w, _STEP_PIPE)
+
+    def _publish_action_dtypes(self, workers) -> None:
+        """Name the dtype of each action leaf in the rows of ``workers`` (when it changed)."""
+        codes = self._act_codes
+        if len(workers) == self.num_workers:
+            if codes == self._act_codes_everywhere:
+                return
+            self._act_dtypes[:, : len(codes)] = codes
+            self._act_codes_everywhere = codes
+        else:
+            self._act_dtypes[np.asarray(workers, dtype=np.intp), : len(codes)] = codes
+            self._act_codes_everywhere = None
 
     @property
     def processes(self) -> list:
@@ -454,14 +481,7 @@ class FastVectorEnv(VectorEnv):
                 f"envs {envs} terminated or truncated and autoreset_mode=DISABLED: reset them with "
                 "`reset(options={'reset_mask': mask})` before stepping again"
             )
-        objects = self._write_actions(actions)
-        ctrl = self._ctrl
-        if objects is None:
-            for w in self._remote_list:
-                _sync.send_command(ctrl, w, _STEP)
-            self._local_job = self._local_step_job
-        else:
-            self._send_object_actions(objects, range(self.num_workers), 0)
+        self._start_steps(self._all_workers_list, self._write_actions(actions))
         self._pending = self._remote_mask
         self._state = _WAITING_STEP
 
@@ -479,56 +499,54 @@ class FastVectorEnv(VectorEnv):
         )
 
     def _write_actions(self, actions, rows: slice | np.ndarray | None = None) -> list | None:
-        """Check ``actions`` against the action space and write them into the shared slabs.
+        """Write ``actions`` for the envs ``rows`` (default: all; a slice or an index array).
 
-        ``rows``: the envs the actions are for (send/recv), an index array or a slice;
-        default all envs. Returns the values of the action's object leaves (Text, Graph, a
-        custom space, ...), one list per leaf in row order, for the pipes; None if it has none.
-
-        As in Gymnasium, values are not checked against the space (an out-of-range Discrete
-        action reaches the env); a batch of the wrong size is a ``ValueError``, a scalar or a
-        dtype that does not cast to the space's a ``TypeError``.
+        Each ndarray leaf goes into its shared slab in the dtype it came in (its dtype codes
+        into ``_act_codes``), so every env gets what SyncVectorEnv would hand it; then None is
+        returned. Anything else (lists, another shape per env, object leaves such as Text, a
+        dtype of more than 8 bytes) is returned as the per-env actions Gymnasium's ``iterate``
+        gives, for the pipes. As in Gymnasium, values are not checked against the space (an
+        out-of-range Discrete action reaches the env); a batch of the wrong size raises a
+        ``ValueError``, a scalar a ``TypeError``.
         """
-        if self._act_fast is not None and not isinstance(rows, np.ndarray):
-            if _sync.copy_same_array(actions, self._act_fast if rows is None else self._act_fast[rows]):
+        if rows is None:
+            count, first = self.num_envs, 0
+        elif isinstance(rows, slice):
+            count, first = rows.stop - rows.start, rows.start
+        else:
+            count, first = len(rows), None
+        if self._act_single is not None and first is not None:
+            code = _sync.write_action_rows(actions, self._act_single, first, count, self._act_single_shape)
+            if code:
+                self._act_codes = (code,)
                 return None
         layout = self._act_layout
-        if layout.is_leaf:
-            values = (actions,)
-        else:
+        if not layout.has_objects:
             try:
-                values = layout.split(actions)
-            except (KeyError, IndexError, TypeError) as exc:
-                raise ValueError(f"actions do not match the action space {self.action_space}: {exc!r}") from None
-        if rows is None:
-            count = self.num_envs
-        else:
-            count = len(rows) if isinstance(rows, np.ndarray) else rows.stop - rows.start
-        objects = []
-        for leaf, slab, value in zip(layout.leaves, self._act_slabs, values):
-            if slab is None:
-                objects.append(_object_batch(value, count, leaf))
-                continue
-            value = np.asarray(value)
-            if value.ndim == 0:
-                raise TypeError(f"actions{_path(leaf.path)} must be a batch of {count} actions for "
-                                f"{leaf.space}, got the scalar {value.item()!r}")
-            expected = (count, *slab.shape[1:])
-            if value.shape != expected:
-                raise ValueError(
-                    f"actions{_path(leaf.path)} have shape {value.shape}, expected {expected} "
-                    f"({count} envs, single action space {leaf.space})"
-                )
-            if value.dtype != slab.dtype and not np.can_cast(value.dtype, slab.dtype, casting="same_kind"):
-                raise TypeError(
-                    f"actions{_path(leaf.path)} have dtype {value.dtype}, expected {slab.dtype} "
-                    f"(or one that casts to it safely) for {leaf.space}"
-                )
-            if isinstance(rows, np.ndarray):
-                slab[rows] = value
-            else:
-                np.copyto(slab if rows is None else slab[rows], value, casting="same_kind")
-        return objects or None
+                values = (actions,) if layout.is_leaf else layout.split(actions)
+            except (KeyError, IndexError, TypeError):
+                values = None  # iterate() below raises what Gymnasium raises
+            if values is not None and all(_fits_slab(v, count, leaf) for leaf, v in zip(layout.leaves, values)):
+                codes = []
+                for slab, value in zip(self._act_slabs, values):
+                    raw = np.ascontiguousarray(value).reshape(count, -1).view(np.uint8)
+                    target = slab[first:first + count] if first is not None else slab
+                    if first is None:
+                        target[rows, : raw.shape[1]] = raw
+                    else:
+                        target[:, : raw.shape[1]] = raw
+                    codes.append(ord(value.dtype.char))
+                self._act_codes = tuple(codes)
+                return None
+        try:
+            per_env = list(iterate(self.action_space, actions))
+        except (TypeError, KeyError, IndexError) as exc:
+            raise type(exc)(f"actions must be a batch of {count} actions for {self.single_action_space}; "
+                            f"iterating over {type(actions).__name__} failed: {exc}") from None
+        if len(per_env) != count:
+            raise ValueError(f"{len(per_env)} actions for {count} envs (single action space "
+                             f"{self.single_action_space})")
+        return per_env
 
     def _collect(self, expected: _State, caller: str, timeout: float | None) -> dict[str, Any]:
         """Finish the pending ``expected`` call (step or reset) for ``caller`` (its name, for
@@ -800,16 +818,8 @@ class FastVectorEnv(VectorEnv):
         busy = [w for w in workers if self._inflight[w]]
         if busy:
             raise ValueError(f"envs of workers {busy} are still stepping: recv() them before sending them new actions")
-        objects = self._write_actions(actions, rows=rows)
-        if objects is None:
-            for w in workers:
-                if w == 0 and self._local is not None:
-                    self._local_job = self._local_step_job
-                else:
-                    _sync.send_command(self._ctrl, w, _STEP)
-        else:
-            ids = np.arange(self.num_envs)[rows] if isinstance(rows, slice) else rows
-            self._send_object_actions(objects, workers, ids)
+        per_env = self._write_actions(actions, rows=rows)
+        self._start_steps(workers, per_env, None if per_env is None else np.arange(self.num_envs)[rows])
         for w in workers:
             self._inflight[w] = 1
             self._ready[w] = 0
@@ -992,12 +1002,13 @@ class FastVectorEnv(VectorEnv):
                 they are terminated (default: 5 s for the exit).
             terminate: end the workers at once, without letting them close their envs.
         """
-        if getattr(self, "_state", _State.DEFAULT) is not _State.DEFAULT and not terminate and self._buffer is not None:
+        if getattr(self, "_state", _State.DEFAULT) is not _State.DEFAULT and self._buffer is not None:
             logger.warn(f"Calling `close` while waiting for a pending call to `{self._state.value}` to complete.")
-            try:
-                self._wait(5.0 if timeout is None else timeout, "close")
-            except Exception:
-                terminate = True
+            if not terminate:
+                try:
+                    self._wait(5.0 if timeout is None else timeout, "close")
+                except Exception:
+                    terminate = True
             self._state = _State.DEFAULT
         self._shutdown(terminate=terminate, timeout=5.0 if timeout is None else timeout)
 
@@ -1012,7 +1023,8 @@ class FastVectorEnv(VectorEnv):
         self._local = None
         # Drop every view of the shared block: its mapping goes with the last one (a
         # copy=False observation the user still holds keeps it).
-        self._ctrl = self._rewards = self._terminations = self._truncations = self._act_fast = None
+        self._ctrl = self._rewards = self._terminations = self._truncations = self._act_single = None
+        self._act_dtypes = None
         self._act_slabs = self._obs_slabs = self._infos = None
         _finalize(self._processes, self._pipes, [self._buffer], timeout=0.0 if terminate else timeout,
                   envs=getattr(self, "_local_envs", ()))
@@ -1096,17 +1108,11 @@ def _path(path: tuple) -> str:
     return "".join(f"[{key!r}]" for key in path)
 
 
-def _object_batch(value, count: int, leaf) -> list:
-    """A batch of ``count`` actions for an object leaf (Text, Graph, a custom space...), as a list."""
-    try:
-        values = list(value)
-    except TypeError:
-        raise TypeError(f"actions{_path(leaf.path)} must be a sequence of {count} actions for {leaf.space}, "
-                        f"got {type(value).__name__}") from None
-    if len(values) != count:
-        raise ValueError(f"actions{_path(leaf.path)} hold {len(values)} actions, expected {count} "
-                         f"({count} envs, single action space {leaf.space})")
-    return values
+def _fits_slab(value, count: int, leaf) -> bool:
+    """Whether an action leaf's batch can go into its slab as it is: an ndarray of
+    ``count`` rows of the leaf's shape, of a numeric dtype of at most 8 bytes."""
+    return (isinstance(value, np.ndarray) and value.shape == (count, *leaf.shape)
+            and value.dtype.kind in "biuf" and value.dtype.itemsize <= 8 and value.dtype.isnative)
 
 
 # Gymnasium's own spaces without a fixed-size array form: their values travel on the pipes.
