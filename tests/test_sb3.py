@@ -547,9 +547,11 @@ def test_fastvecenv_rollouts_equal_sb3(case: str, reference: str) -> None:
 # Observation spaces as SB3 takes them: Dict and Tuple one level deep (SubprocVecEnv stacks
 # only the first level; deeper ones come back from it as object arrays), images.
 FLAT_SPACES = {
-    "dict": spaces.Dict({"pos": spaces.Box(-1.0, 1.0, (3,), np.float32), "image": spaces.Box(0, 255, (4, 5, 3), np.uint8),
+    "dict": spaces.Dict({"pos": spaces.Box(-1.0, 1.0, (3,), np.float32),
+                         "image": spaces.Box(0, 255, (4, 5, 3), np.uint8),
                          "id": spaces.Discrete(5, start=2), "mb": spaces.MultiBinary(3)}),
-    "tuple": spaces.Tuple((spaces.Box(-np.inf, np.inf, (2,), np.float64), spaces.Discrete(3), spaces.MultiDiscrete([3, 4]))),
+    "tuple": spaces.Tuple((spaces.Box(-np.inf, np.inf, (2,), np.float64), spaces.Discrete(3),
+                           spaces.MultiDiscrete([3, 4]))),
     "image": spaces.Box(0, 255, (6, 4, 3), np.uint8),
 }
 
@@ -666,7 +668,10 @@ def test_fastvecenv_make_vec_env() -> None:
 _PROBE = "'stable_baselines3' in __import__('sys').modules, __import__('multiprocessing').current_process().name"
 
 
-@pytest.mark.parametrize("start_method", [None, *sorted({"fork", "spawn", "forkserver"} & set(multiprocessing.get_all_start_methods()))])
+START_METHODS = [None, *sorted({"fork", "spawn", "forkserver"} & set(multiprocessing.get_all_start_methods()))]
+
+
+@pytest.mark.parametrize("start_method", START_METHODS)
 def test_fastvecenv_start_methods(start_method: str | None) -> None:
     """start_method reaches FastVectorEnv as its context; the workers do not import SB3 to build the envs."""
     before = multiprocessing.active_children()

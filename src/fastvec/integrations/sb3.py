@@ -31,6 +31,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     ) from e
 
 from fastvec.integrations._sb3_env_access import ATTRIBUTE, build_env
+from fastvec.vector.shared import FastVectorEnv
 
 __all__ = ["FastVecEnv", "SB3VecEnv", "to_sb3"]
 
@@ -290,7 +291,8 @@ class SB3VecEnv(VecEnv):
                 values[i] = value
         self._base("set_attr")(attr_name, values)
 
-    def env_method(self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any) -> list[Any]:
+    def env_method(self, method_name: str, *method_args: Any, indices: VecEnvIndices = None,
+                   **method_kwargs: Any) -> list[Any]:
         """Call ``method_name(*method_args, **method_kwargs)`` in each env in ``indices``.
 
         With ``indices`` naming only some envs, the method runs in those envs alone when the
@@ -432,28 +434,36 @@ class FastVecEnv(SB3VecEnv):
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], start_method: str | None = None,
                  **fastvec_kwargs: Any) -> None:
-        from fastvec.vector.shared import FastVectorEnv
-
         if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Sequence):
-            raise TypeError(f"env_fns must be a list of functions that each build an env, got {type(env_fns).__name__}")
+            raise TypeError(
+                f"env_fns must be a list of functions that each build an env, got {type(env_fns).__name__}"
+            )
         if len(env_fns) == 0:
             raise TypeError("env_fns is empty: FastVecEnv needs at least one function that builds an env")
         for k, fn in enumerate(env_fns):
             if not callable(fn):
-                raise TypeError(f"env_fns[{k}] is not callable (got {type(fn).__name__}); pass e.g. `lambda: gym.make(...)`")
+                raise TypeError(
+                    f"env_fns[{k}] is not callable (got {type(fn).__name__}); pass e.g. `lambda: gym.make(...)`"
+                )
         if start_method is not None and start_method not in multiprocessing.get_all_start_methods():
             raise ValueError(
                 f"cannot find context for {start_method!r}: start_method must be None or one of "
                 f"{multiprocessing.get_all_start_methods()}"
             )
         if "context" in fastvec_kwargs:
-            raise TypeError("FastVecEnv takes the multiprocessing start method as start_method (as SubprocVecEnv), not context")
+            raise TypeError(
+                "FastVecEnv takes the multiprocessing start method as start_method (as SubprocVecEnv), not context"
+            )
         mode = fastvec_kwargs.pop("autoreset_mode", AutoresetMode.SAME_STEP)
         if mode not in (AutoresetMode.SAME_STEP, AutoresetMode.SAME_STEP.value):
-            raise ValueError(f"FastVecEnv resets finished envs in the same step, as SB3 does: autoreset_mode must be SAME_STEP, got {mode!r}")
+            raise ValueError(
+                "FastVecEnv resets finished envs in the same step, as SB3 does: autoreset_mode must be "
+                f"SAME_STEP, got {mode!r}"
+            )
         fastvec_kwargs.setdefault("step_in_caller", False)
-        vector_env = FastVectorEnv([partial(build_env, fn, i) for i, fn in enumerate(env_fns)], context=start_method,
-                                   autoreset_mode=AutoresetMode.SAME_STEP, **fastvec_kwargs)
+        env_fns = [partial(build_env, fn, i) for i, fn in enumerate(env_fns)]  # (each env gets its EnvAccess)
+        vector_env = FastVectorEnv(env_fns, context=start_method, autoreset_mode=AutoresetMode.SAME_STEP,
+                                   **fastvec_kwargs)
         try:
             super().__init__(vector_env)
         except BaseException:
@@ -472,7 +482,8 @@ class FastVecEnv(SB3VecEnv):
         """``setattr(env, attr_name, value)`` on the outermost wrapper of each env in ``indices``."""
         self._in_envs("set_attr", indices, attr_name, value)
 
-    def env_method(self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any) -> list[Any]:
+    def env_method(self, method_name: str, *method_args: Any, indices: VecEnvIndices = None,
+                   **method_kwargs: Any) -> list[Any]:
         """Call ``method_name(*method_args, **method_kwargs)`` in the envs in ``indices`` (only those)."""
         return self._in_envs("env_method", indices, method_name, method_args, method_kwargs)
 
@@ -489,8 +500,10 @@ class FastVecEnv(SB3VecEnv):
         for i in self._get_indices(indices):
             try:
                 order.append(envs[i])
-            except (IndexError, TypeError):
+            except IndexError:
                 raise IndexError(f"env index {i!r} is out of range for {self.num_envs} envs") from None
+            except TypeError:
+                raise TypeError(f"env indices must be ints, got {i!r}") from None
         counts = Counter(order)
         per_env = self.vector_env.call(ATTRIBUTE, op, dict(counts), *args)
         taken: Counter[int] = Counter()
