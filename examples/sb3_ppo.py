@@ -1,10 +1,16 @@
-"""Stable-Baselines3 PPO on a fastvec vector env: the one-line change.
+"""Stable-Baselines3 PPO on a fastvec vector env: the one-word (or one-line) change.
 
-An SB3 script builds its vectorised env with ``make_vec_env`` (a ``DummyVecEnv``):
+An SB3 script builds its vectorised env with ``make_vec_env`` (a ``DummyVecEnv``, or a
+``SubprocVecEnv`` for envs in processes):
 
-    env = make_vec_env("CartPole-v1", n_envs=8)
+    env = make_vec_env("CartPole-v1", n_envs=8, vec_env_cls=SubprocVecEnv)
 
-With fastvec, build a Gymnasium vector env that autoresets in the same step and wrap it:
+With fastvec, the one-word move takes ``SubprocVecEnv``'s slot
+(``from fastvec.integrations.sb3 import FastVecEnv``):
+
+    env = make_vec_env("CartPole-v1", n_envs=8, vec_env_cls=FastVecEnv)
+
+or build a Gymnasium vector env that autoresets in the same step and wrap it:
 
     env = to_sb3(gym.make_vec("CartPole-v1", num_envs=8, vectorization_mode="fastvec",
                               vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}))
@@ -13,10 +19,12 @@ Everything else (``PPO("MlpPolicy", env, ...)``, ``model.learn``, ``evaluate_pol
 logger's ``ep_rew_mean``) stays as it was. This script trains PPO with the rl-zoo CartPole
 hyper-parameters until the last 20 episodes average ``--target`` (475):
 
-    python examples/sb3_ppo.py                    # fastvec (needs fastvec's backends)
-    python examples/sb3_ppo.py --backend sync     # gymnasium SyncVectorEnv through the adapter
-    python examples/sb3_ppo.py --backend dummy    # SB3's own DummyVecEnv, for comparison
-    python examples/sb3_ppo.py --overhead         # per-step cost: adapter vs DummyVecEnv vs raw
+    python examples/sb3_ppo.py                       # fastvec (needs fastvec's backends)
+    python examples/sb3_ppo.py --backend FastVecEnv  # make_vec_env(..., vec_env_cls=FastVecEnv)
+    python examples/sb3_ppo.py --backend subproc     # SB3's SubprocVecEnv, for comparison
+    python examples/sb3_ppo.py --backend sync        # gymnasium SyncVectorEnv through the adapter
+    python examples/sb3_ppo.py --backend dummy       # SB3's own DummyVecEnv, for comparison
+    python examples/sb3_ppo.py --overhead            # per-step cost: adapter vs DummyVecEnv vs raw
 """
 from __future__ import annotations
 
@@ -27,18 +35,26 @@ import gymnasium as gym
 import numpy as np
 
 
-def make_env(backend: str, env_id: str, num_envs: int):
-    """The SB3 VecEnv for ``backend``: ``fastvec`` / ``sync`` through the adapter, or ``dummy``."""
-    if backend == "dummy":
-        from stable_baselines3.common.env_util import make_vec_env
+BACKENDS = ("fastvec", "FastVecEnv", "sync", "dummy", "subproc")
 
-        return make_vec_env(env_id, n_envs=num_envs)
+
+def make_env(backend: str, env_id: str, num_envs: int):
+    """The SB3 VecEnv for ``backend``: ``fastvec`` / ``sync`` through the adapter; ``FastVecEnv``,
+    ``dummy`` or ``subproc`` (SubprocVecEnv) from SB3's ``make_vec_env``."""
+    if backend in ("FastVecEnv", "dummy", "subproc"):
+        from stable_baselines3.common.env_util import make_vec_env
+        from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+        from fastvec.integrations.sb3 import FastVecEnv
+
+        vec_env_cls = {"FastVecEnv": FastVecEnv, "dummy": DummyVecEnv, "subproc": SubprocVecEnv}[backend]
+        return make_vec_env(env_id, n_envs=num_envs, vec_env_cls=vec_env_cls)
     from fastvec.integrations.sb3 import to_sb3
 
     if backend == "fastvec":
         import fastvec  # noqa: F401  (registers vectorization_mode="fastvec")
     elif backend != "sync":
-        raise ValueError(f"backend must be 'fastvec', 'sync' or 'dummy', got {backend!r}")
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     return to_sb3(gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=backend,
                                vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}))
 
@@ -71,12 +87,14 @@ def train(backend: str, seed: int, target: float, budget: int) -> dict:
 def overhead(num_envs: int = 8, steps: int = 500, repeats: int = 21) -> None:
     """Median time per vector step of CartPole-v1, the paths timed round-robin (load drifts).
 
-    Rows: raw SyncVectorEnv, the adapter over it, SB3's DummyVecEnv; and, where fastvec's
-    ``vectorization_mode="fastvec"`` is registered, the raw fastvec env and the adapter over it.
+    Rows: raw SyncVectorEnv, the adapter over it, SB3's DummyVecEnv and SubprocVecEnv (up to
+    16 envs: it starts a process per env); and, where fastvec's ``vectorization_mode="fastvec"``
+    is registered, the raw fastvec env, the adapter over it and ``FastVecEnv`` over the same env
+    functions (SubprocVecEnv's slot).
     """
-    from stable_baselines3.common.vec_env import DummyVecEnv
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
-    from fastvec.integrations.sb3 import to_sb3
+    from fastvec.integrations.sb3 import FastVecEnv, to_sb3
 
     same_step = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
     actions = np.random.default_rng(0).integers(0, 2, size=(steps, num_envs))
@@ -86,12 +104,15 @@ def overhead(num_envs: int = 8, steps: int = 500, repeats: int = 21) -> None:
         "to_sb3(SyncVectorEnv).step": to_sb3(gym.vector.SyncVectorEnv(fns, **same_step)),
         "SB3 DummyVecEnv.step": DummyVecEnv(fns),
     }
+    if num_envs <= 16:  # (one process per env)
+        envs["SB3 SubprocVecEnv.step"] = SubprocVecEnv(fns)
     try:
         import fastvec  # noqa: F401
 
         make = lambda: gym.make_vec("CartPole-v1", num_envs, vectorization_mode="fastvec", vector_kwargs=same_step)
         envs["fastvec make_vec .step (raw, SAME_STEP)"] = make()
         envs["to_sb3(fastvec).step"] = to_sb3(make())
+        envs["FastVecEnv(env_fns).step"] = FastVecEnv(fns)
     except Exception as e:  # fastvec's backends not available
         print(f"(fastvec rows left out: {type(e).__name__}: {e})")
     for env in envs.values():
@@ -168,7 +189,7 @@ def adapter_cost(num_envs: int, steps: int = 2000, repeats: int = 21) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backend", choices=["fastvec", "sync", "dummy"], default="fastvec")
+    parser.add_argument("--backend", choices=BACKENDS, default="fastvec")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--target", type=float, default=475.0)
     parser.add_argument("--budget", type=int, default=100_000, help="rl-zoo's n_timesteps")

@@ -4,9 +4,13 @@ Every vector-env backend the adapter must work with is a factory in ``BACKENDS``
 ``factory(env_id, num_envs, autoreset_mode, wrappers=(), **env_kwargs) -> VectorEnv``.
 Gymnasium's SyncVectorEnv (and AsyncVectorEnv, in a few cases) are the backends here;
 fastvec's own backends are added to ``BACKENDS`` in one line each (see the comment there).
+
+``FastVecEnv`` (SB3's ``SubprocVecEnv`` slot) is checked against SB3's ``DummyVecEnv`` and
+``SubprocVecEnv`` in the section of its own, and trains PPO in the ``SB3_ENVS`` tests.
 """
 from __future__ import annotations
 
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -24,9 +28,11 @@ pytest.importorskip("stable_baselines3")
 
 from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
 from stable_baselines3.common.monitor import Monitor  # noqa: E402
-from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv  # noqa: E402
 
-from fastvec.integrations.sb3 import SB3VecEnv, to_sb3  # noqa: E402
+from fastvec.integrations.sb3 import FastVecEnv, SB3VecEnv, to_sb3  # noqa: E402
+from helpers import assert_same  # noqa: E402
+from toy_envs import SPACES, ToyEnv  # noqa: E402
 
 SAME_STEP, DISABLED, NEXT_STEP = AutoresetMode.SAME_STEP, AutoresetMode.DISABLED, AutoresetMode.NEXT_STEP
 
@@ -96,14 +102,20 @@ ASYNC = partial(_make_vec, "async")  # slow to start: used in a few cases only
 MODES = [SAME_STEP, DISABLED]
 
 
-def _reference(env_id: str, num_envs: int, wrappers: tuple = (), **env_kwargs: Any) -> DummyVecEnv:
-    def make():
-        env = gym.make(env_id, **env_kwargs)
-        for w in wrappers:
-            env = w(env)
-        return env
+def _make(env_id: str, wrappers: tuple = (), **env_kwargs: Any) -> gym.Env:
+    env = gym.make(env_id, **env_kwargs)
+    for w in wrappers:
+        env = w(env)
+    return env
 
-    return DummyVecEnv([make for _ in range(num_envs)])
+
+def _env_fns(env_id: str, num_envs: int, wrappers: tuple = (), **env_kwargs: Any) -> list[Callable[[], gym.Env]]:
+    """What SB3's VecEnv classes take (picklable, for any start method)."""
+    return [partial(_make, env_id, wrappers, **env_kwargs) for _ in range(num_envs)]
+
+
+def _reference(env_id: str, num_envs: int, wrappers: tuple = (), **env_kwargs: Any) -> DummyVecEnv:
+    return DummyVecEnv(_env_fns(env_id, num_envs, wrappers, **env_kwargs))
 
 
 # ---------------------------------------------------------------------------- comparison helpers
@@ -170,7 +182,8 @@ def _compare_traces(got, ref, monitor_in_ref: bool) -> None:
                     assert ep["r"] == ref_ep["r"] and ep["l"] == ref_ep["l"], (t, i, ep, ref_ep)
                 else:
                     assert ep["l"] == ep_len[i], (t, i, ep)
-                    assert ep["r"] == pytest.approx(ep_return[i], abs=1e-5), (t, i, ep)
+                    # (the adapter sums the float64 rewards of the vector env, this the float32 ones)
+                    assert ep["r"] == pytest.approx(ep_return[i], rel=1e-6, abs=1e-5), (t, i, ep)
                 assert isinstance(ep["t"], float)
                 ep_return[i], ep_len[i] = 0, 0
             else:
@@ -494,8 +507,237 @@ def test_importing_fastvec_does_not_import_sb3() -> None:
     import fastvec.integrations
 
     assert fastvec.integrations.to_sb3 is to_sb3 and fastvec.integrations.SB3VecEnv is SB3VecEnv
+    assert fastvec.integrations.FastVecEnv is FastVecEnv
     with pytest.raises(AttributeError):
         fastvec.integrations.no_such_name
+
+
+# ---------------------------------------------------------------------------- FastVecEnv: SubprocVecEnv's slot
+def _subproc(env_fns: list) -> SubprocVecEnv:
+    return SubprocVecEnv(env_fns, start_method="fork")  # (SB3's default, forkserver, starts slower)
+
+
+def _float32_rewards(trace: list) -> list:
+    """SubprocVecEnv stacks the envs' float rewards as float64; FastVecEnv returns float32 like DummyVecEnv."""
+    return [step[:2] + (step[2].astype(np.float32),) + step[3:] if step[0] == "step" else step for step in trace]
+
+
+def _no_new_children(before: list) -> None:
+    left = [p for p in multiprocessing.active_children() if p not in before]
+    assert left == [], left
+
+
+@pytest.mark.parametrize("reference", ["dummy", "subproc"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_fastvecenv_rollouts_equal_sb3(case: str, reference: str) -> None:
+    """FastVecEnv(env_fns) returns what DummyVecEnv / SubprocVecEnv(env_fns) return."""
+    env_id, n, steps, reset_at = CASES[case]
+    actions = _actions(env_id, n, steps, seed=15)
+    env = FastVecEnv(_env_fns(env_id, n), num_workers=2)
+    ref = DummyVecEnv(_env_fns(env_id, n)) if reference == "dummy" else _subproc(_env_fns(env_id, n))
+    try:
+        got = _rollout(env, actions, seed=16, reset_at=reset_at)
+        expected = _rollout(ref, actions, seed=16, reset_at=reset_at)
+        _compare_traces(got, _float32_rewards(expected), monitor_in_ref=False)
+    finally:
+        env.close()
+        ref.close()
+
+
+# Observation spaces as SB3 takes them: Dict and Tuple one level deep (SubprocVecEnv stacks
+# only the first level; deeper ones come back from it as object arrays), images.
+FLAT_SPACES = {
+    "dict": spaces.Dict({"pos": spaces.Box(-1.0, 1.0, (3,), np.float32),
+                         "image": spaces.Box(0, 255, (4, 5, 3), np.uint8),
+                         "id": spaces.Discrete(5, start=2), "mb": spaces.MultiBinary(3)}),
+    "tuple": spaces.Tuple((spaces.Box(-np.inf, np.inf, (2,), np.float64), spaces.Discrete(3),
+                           spaces.MultiDiscrete([3, 4]))),
+    "image": spaces.Box(0, 255, (6, 4, 3), np.uint8),
+}
+
+
+def _toy(obs_space: str, act_space: str) -> ToyEnv:
+    """toy_envs.ToyEnv with an observation space from FLAT_SPACES or toy_envs.SPACES."""
+    env = ToyEnv("box", act_space, max_len=6)
+    env.observation_space = FLAT_SPACES.get(obs_space) or SPACES[obs_space]
+    return env
+
+
+@pytest.mark.parametrize("obs_space, act_space", [("box", "discrete"), ("multibinary", "multidiscrete"),
+                                                  ("dict", "dict"), ("tuple", "box"), ("image", "tuple")])
+def test_fastvecenv_spaces_equal_subproc(obs_space: str, act_space: str) -> None:
+    """Space kinds, actions given one per env (a list, as SubprocVecEnv takes them, Dict and Tuple
+    actions included), per-env reset options and varied infos (nested dicts, arrays, tuples):
+    as SubprocVecEnv."""
+    n = 3
+    fns = [partial(_toy, obs_space, act_space) for _ in range(n)]
+    space = ToyEnv("box", act_space).action_space
+    space.seed(17)
+    actions = [[space.sample() for _ in range(n)] for _ in range(40)]
+    options = [{"tag": 1}, {}, {"tag": 3}]
+    env, ref = FastVecEnv(fns), _subproc(fns)
+    try:
+        got = _rollout(env, actions, seed=18, reset_at=20, options=options)
+        expected = _rollout(ref, actions, seed=18, reset_at=20, options=options)
+        _compare_traces(got, _float32_rewards(expected), monitor_in_ref=False)
+    finally:
+        env.close()
+        ref.close()
+
+
+def test_fastvecenv_attributes_and_methods_like_subproc() -> None:
+    """get_attr / set_attr / env_method / env_is_wrapped / has_attr, with negative and repeated
+    indices, act in the named envs only and return what SubprocVecEnv's do."""
+    stats = gym.wrappers.RecordEpisodeStatistics
+    fns = [partial(_make, "CartPole-v1", (Monitor,)), partial(_make, "CartPole-v1", (stats, Monitor)),
+           partial(_make, "CartPole-v1", (Monitor,))]
+    ops: list[tuple[str, tuple, dict]] = [
+        ("get_attr", ("render_mode",), {}),
+        ("get_attr", ("gravity",), {"indices": [2, 0]}),
+        ("get_attr", ("gravity",), {"indices": -1}),
+        ("has_attr", ("gravity",), {}),
+        ("has_attr", ("no_such_attribute",), {}),
+        ("has_attr", ("return_queue",), {}),  # RecordEpisodeStatistics', in env 1 only
+        ("set_attr", ("gravity", 1.5), {"indices": [0, -1]}),  # on the outermost wrapper
+        ("get_attr", ("gravity",), {}),
+        ("set_attr", ("tag", [1, 2]), {}),  # one value (a list), not one per env
+        ("set_attr", ("no_such_attribute", 7), {"indices": 1}),
+        ("get_attr", ("tag",), {}),
+        ("get_attr", ("no_such_attribute",), {"indices": [1]}),
+        ("env_method", ("get_wrapper_attr", "gravity"), {"indices": [1, 2]}),
+        ("env_method", ("reset",), {"seed": 3}),
+        ("env_method", ("reset",), {"seed": 4, "indices": [1]}),
+        ("env_method", ("reset",), {"indices": [1, 0, 1]}),  # env 1 reset twice, in order
+        ("get_attr", ("state",), {}),
+        ("env_is_wrapped", (Monitor,), {}),
+        ("env_is_wrapped", (stats,), {"indices": [1, 2]}),
+        ("env_is_wrapped", (gym.wrappers.TimeLimit,), {"indices": 0}),
+    ]
+    env, ref = FastVecEnv(fns), _subproc(fns)
+    try:
+        for name, args, kwargs in ops:
+            got, expected = getattr(env, name)(*args, **kwargs), getattr(ref, name)(*args, **kwargs)
+            if isinstance(expected, list):
+                got, expected = tuple(got), tuple(expected)
+            assert_same(got, expected, f"{name}{args} {kwargs}")
+        # The side effects were the same (set_attr on the outermost wrapper leaves the physics alone).
+        actions = _actions("CartPole-v1", 3, 40, seed=23)
+        _compare_traces(_rollout(env, actions, seed=24), _float32_rewards(_rollout(ref, actions, seed=24)),
+                        monitor_in_ref=True)
+        # A method is returned, not called (SubprocVecEnv's get_wrapper_attr).
+        assert all(callable(m) for m in env.get_attr("reset", indices=[0, 1]))
+        # An error in one env is raised here, and the env serves on.
+        with pytest.raises(AttributeError, match="missing"):
+            env.get_attr("missing", indices=[1])
+        with pytest.raises(IndexError, match="out of range for 3 envs"):
+            env.get_attr("gravity", indices=[3])
+        env.reset()
+        assert env.step(np.zeros(3, dtype=np.int64))[0].shape == (3, 4)
+    finally:
+        env.close()
+        ref.close()
+
+
+def test_fastvecenv_attr_method_checks() -> None:
+    """The adapter's attribute checks, with env_method on a subset running in those envs only."""
+    env = FastVecEnv(_env_fns("CartPole-v1", 3))
+    try:
+        _attr_methods_checks(env, exact_subsets=True, check_errors=False)
+    finally:
+        env.close()
+
+
+def test_fastvecenv_make_vec_env() -> None:
+    """make_vec_env(..., vec_env_cls=FastVecEnv): the one-word move from SubprocVecEnv."""
+    from stable_baselines3.common.env_util import make_vec_env
+
+    env = make_vec_env("CartPole-v1", n_envs=4, seed=0, vec_env_cls=FastVecEnv, vec_env_kwargs={"num_workers": 3})
+    ref = make_vec_env("CartPole-v1", n_envs=4, seed=0, vec_env_cls=SubprocVecEnv,
+                       vec_env_kwargs={"start_method": "fork"})
+    try:
+        assert isinstance(env, FastVecEnv) and env.vector_env.num_workers == 3
+        assert env.env_is_wrapped(Monitor) == [True] * 4  # make_vec_env's Monitor
+        actions = _actions("CartPole-v1", 4, 200, seed=19)
+        _compare_traces(_rollout(env, actions, seed=20), _float32_rewards(_rollout(ref, actions, seed=20)),
+                        monitor_in_ref=True)
+    finally:
+        env.close()
+        ref.close()
+
+
+_PROBE = "'stable_baselines3' in __import__('sys').modules, __import__('multiprocessing').current_process().name"
+
+
+START_METHODS = [None, *sorted({"fork", "spawn", "forkserver"} & set(multiprocessing.get_all_start_methods()))]
+
+
+@pytest.mark.parametrize("start_method", START_METHODS)
+def test_fastvecenv_start_methods(start_method: str | None) -> None:
+    """start_method reaches FastVectorEnv as its context; the workers do not import SB3 to build the envs."""
+    before = multiprocessing.active_children()
+    env = FastVecEnv([partial(gym.make, "CartPole-v1") for _ in range(3)], start_method=start_method, num_workers=2)
+    ref = _reference("CartPole-v1", 3)
+    try:
+        assert env.vector_env.context == start_method
+        expected_class = type(multiprocessing.get_context(start_method).Process())
+        assert [type(p) for p in env.vector_env.processes] == [expected_class] * 2  # none in the caller
+        actions = _actions("CartPole-v1", 3, 60, seed=21)
+        _compare_traces(_rollout(env, actions, seed=22), _rollout(ref, actions, seed=22), monitor_in_ref=False)
+        if start_method in ("spawn", "forkserver"):  # (a forked worker has the parent's modules)
+            env.set_attr("probe", eval)  # a builtin: pickled by name
+            for imported, process in env.env_method("probe", _PROBE):
+                assert not imported and process.startswith("Worker<FastVectorEnv>")
+    finally:
+        env.close()
+        ref.close()
+    _no_new_children(before)
+
+
+class _Shared:
+    """An env_fns entry that returns one env object every time (SB3's DummyVecEnv rejects that too)."""
+
+    def __init__(self) -> None:
+        self.env = gym.make("CartPole-v1")
+
+    def __call__(self) -> gym.Env:
+        return self.env
+
+
+@pytest.mark.parametrize("args, kwargs, error, match", [
+    (("CartPole-v1",), {}, TypeError, "env_fns must be a list"),
+    ((lambda: gym.make("CartPole-v1"),), {}, TypeError, "env_fns must be a list"),
+    (([],), {}, TypeError, "env_fns is empty"),
+    (([partial(gym.make, "CartPole-v1"), "CartPole-v1"],), {}, TypeError, r"env_fns\[1\] is not callable"),
+    ((_env_fns("CartPole-v1", 2), "illegal_method"), {}, ValueError, "cannot find context for 'illegal_method'"),
+    ((_env_fns("CartPole-v1", 2),), {"context": "fork"}, TypeError, "start_method"),
+    ((_env_fns("CartPole-v1", 2),), {"autoreset_mode": NEXT_STEP}, ValueError, "SAME_STEP"),
+    ((_env_fns("CartPole-v1", 2),), {"num_workers": 3}, ValueError, "num_workers"),
+    ((_env_fns("CartPole-v1", 2),), {"no_such_option": 1}, TypeError, "no_such_option"),
+    (([_Shared()] * 2, "fork"), {"num_workers": 1}, ValueError, "must build a new env"),
+], ids=["str", "callable", "empty", "not-callable", "start-method", "context", "next-step", "num-workers",
+        "unknown-kwarg", "same-env-object"])
+def test_fastvecenv_bad_input(args: tuple, kwargs: dict, error: type, match: str) -> None:
+    before = multiprocessing.active_children()
+    with pytest.raises(error, match=match):
+        FastVecEnv(*args, **kwargs)
+    _no_new_children(before)
+
+
+def test_fastvecenv_close_leaves_nothing() -> None:
+    before = multiprocessing.active_children()
+    env = FastVecEnv(_env_fns("CartPole-v1", 4), num_workers=2)
+    processes = env.vector_env.processes
+    assert len(processes) == 2 and all(p.is_alive() for p in processes)
+    env.reset()
+    for _ in range(30):
+        env.step(np.ones(4, dtype=np.int64))
+    env.step_async(np.zeros(4, dtype=np.int64))  # closing with a step pending, as SubprocVecEnv allows
+    env.close()
+    assert all(p.exitcode is not None for p in processes)
+    assert env.vector_env.closed
+    env.close()  # again: nothing to do
+    _no_new_children(before)
+    assert multiprocessing.active_children() == []
 
 
 # ---------------------------------------------------------------------------- SB3 algorithms on top
@@ -510,7 +752,20 @@ def test_ppo_runs_on_dict_observations() -> None:
     env.close()
 
 
-@pytest.mark.parametrize("backend", list(WITH_NATIVE))
+def _cartpole_sb3(backend: str, num_envs: int, wrappers: tuple = ()):
+    """CartPole-v1 as an SB3 VecEnv: ``to_sb3`` over a backend of WITH_NATIVE, or (``"FastVecEnv"``)
+    ``make_vec_env(..., vec_env_cls=FastVecEnv)``, whose envs make_vec_env wraps in Monitor itself."""
+    from stable_baselines3.common.env_util import make_vec_env
+
+    if backend == "FastVecEnv":
+        return make_vec_env("CartPole-v1", n_envs=num_envs, vec_env_cls=FastVecEnv)
+    return to_sb3(WITH_NATIVE[backend]("CartPole-v1", num_envs, SAME_STEP, wrappers=wrappers))
+
+
+SB3_ENVS = [*WITH_NATIVE, "FastVecEnv"]
+
+
+@pytest.mark.parametrize("backend", SB3_ENVS)
 def test_ppo_trains_identically_to_dummy_vec_env(backend: str) -> None:
     """Same seed: PPO through the adapter ends with bit-identical weights to PPO on DummyVecEnv."""
     import torch
@@ -519,7 +774,7 @@ def test_ppo_trains_identically_to_dummy_vec_env(backend: str) -> None:
 
     torch.set_num_threads(1)
     models = []
-    for env in (to_sb3(WITH_NATIVE[backend]("CartPole-v1", 8, SAME_STEP)), make_vec_env("CartPole-v1", n_envs=8)):
+    for env in (_cartpole_sb3(backend, 8), make_vec_env("CartPole-v1", n_envs=8)):
         model = PPO("MlpPolicy", env, n_steps=32, batch_size=128, n_epochs=2, seed=3, device="cpu")
         model.learn(8 * 32 * 3)
         models.append(model)
@@ -549,7 +804,7 @@ class _StopAtReturn(BaseCallback):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", list(WITH_NATIVE))
+@pytest.mark.parametrize("backend", SB3_ENVS)
 def test_ppo_rl_zoo_cartpole_solves(backend: str) -> None:
     """SB3 PPO with the rl-zoo CartPole-v1 hyper-parameters reaches mean return >= 475 through the adapter."""
     import torch
@@ -557,7 +812,7 @@ def test_ppo_rl_zoo_cartpole_solves(backend: str) -> None:
     from stable_baselines3.common.evaluation import evaluate_policy
 
     torch.set_num_threads(1)
-    env = to_sb3(WITH_NATIVE[backend]("CartPole-v1", 8, SAME_STEP))
+    env = _cartpole_sb3(backend, 8)
     model = PPO(
         "MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
         ent_coef=0.0, learning_rate=_linear(1e-3), clip_range=_linear(0.2), seed=0, device="cpu",
@@ -565,8 +820,7 @@ def test_ppo_rl_zoo_cartpole_solves(backend: str) -> None:
     model.learn(100_000, callback=_StopAtReturn(475.0, window=20))
     train_mean = np.mean([ep["r"] for ep in list(model.ep_info_buffer)[-20:]])
     # Monitor is a per-env wrapper: the evaluation env runs in the multiprocess backend.
-    eval_env = to_sb3(BACKENDS["fastvec" if backend == "native" else backend](
-        "CartPole-v1", 4, SAME_STEP, wrappers=(Monitor,)))
+    eval_env = _cartpole_sb3("fastvec" if backend == "native" else backend, 4, wrappers=(Monitor,))
     eval_env.seed(1000)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # Monitor detected through env_is_wrapped: no warning

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["SB3VecEnv", "to_sb3"]
+__all__ = ["FastVecEnv", "SB3VecEnv", "to_sb3"]
 
 
 def __getattr__(name: str) -> Any:
     # Lazy: SB3 is an optional dependency (the ``sb3`` extra).
-    if name in ("SB3VecEnv", "to_sb3"):
+    if name in __all__:
         from fastvec.integrations import sb3
 
         return getattr(sb3, name)

@@ -5,10 +5,13 @@ Importing this module imports Stable-Baselines3 (``pip install fastvec[sb3]``);
 """
 from __future__ import annotations
 
+import multiprocessing
 import re
 import time
 import warnings
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import gymnasium as gym
@@ -27,7 +30,10 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
         "fastvec.integrations.sb3 needs Stable-Baselines3: pip install 'fastvec[sb3]'"
     ) from e
 
-__all__ = ["SB3VecEnv", "to_sb3"]
+from fastvec.integrations._sb3_env_access import ATTRIBUTE, build_env
+from fastvec.vector.shared import FastVectorEnv
+
+__all__ = ["FastVecEnv", "SB3VecEnv", "to_sb3"]
 
 _SUPPORTED_MODES = (AutoresetMode.SAME_STEP, AutoresetMode.DISABLED)
 
@@ -124,6 +130,7 @@ class SB3VecEnv(VecEnv):
         super().__init__(num_envs, vector_env.single_observation_space, vector_env.single_action_space)
 
         self._actions: Any = None
+        self._composite_actions = isinstance(self.action_space, (gym.spaces.Dict, gym.spaces.Tuple))
         self._has_reset = False
         self._same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
         self._t_start = time.time()
@@ -167,7 +174,13 @@ class SB3VecEnv(VecEnv):
         return _tree_copy(obs) if self.copy_obs else obs
 
     def step_async(self, actions: np.ndarray) -> None:
-        """Store the actions; :meth:`step_wait` steps the vector env with them."""
+        """Store the actions; :meth:`step_wait` steps the vector env with them.
+
+        Dict and Tuple actions may come one per env (a list, as SB3's own VecEnvs take
+        them, ``actions[i]`` for env ``i``); they are batched into a dict / tuple of arrays.
+        """
+        if self._composite_actions and isinstance(actions, (list, np.ndarray)):
+            actions = _batch(self.action_space, actions)
         self._actions = actions
 
     def step_wait(self) -> VecEnvStepReturn:
@@ -278,7 +291,8 @@ class SB3VecEnv(VecEnv):
                 values[i] = value
         self._base("set_attr")(attr_name, values)
 
-    def env_method(self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any) -> list[Any]:
+    def env_method(self, method_name: str, *method_args: Any, indices: VecEnvIndices = None,
+                   **method_kwargs: Any) -> list[Any]:
         """Call ``method_name(*method_args, **method_kwargs)`` in each env in ``indices``.
 
         With ``indices`` naming only some envs, the method runs in those envs alone when the
@@ -355,6 +369,154 @@ class SB3VecEnv(VecEnv):
         return f"SB3VecEnv({self.vector_env!r})"
 
 
+class FastVecEnv(SB3VecEnv):
+    """SB3's ``SubprocVecEnv``, run by :class:`fastvec.FastVectorEnv`: a one-word move.
+
+    Takes what ``SubprocVecEnv(env_fns, start_method=None)`` takes, so
+    ``SubprocVecEnv(env_fns)`` becomes ``FastVecEnv(env_fns)`` and
+    ``make_vec_env(env_id, n_envs, vec_env_cls=SubprocVecEnv)`` becomes
+    ``make_vec_env(env_id, n_envs, vec_env_cls=FastVecEnv)``. It builds
+    ``FastVectorEnv(env_fns, context=start_method, autoreset_mode=SAME_STEP, **fastvec_kwargs)``
+    and returns, step for step, what ``SubprocVecEnv`` returns for the same seeds and actions
+    (observations, float32 rewards, dones, infos with ``"terminal_observation"`` and
+    ``"TimeLimit.truncated"``, ``reset_infos``); see :class:`SB3VecEnv` for the stepping.
+
+    ``get_attr``, ``set_attr``, ``env_method`` and ``env_is_wrapped`` act in the envs that
+    ``indices`` names and no others, as ``SubprocVecEnv``'s do: ``get_attr`` returns
+    ``env.get_wrapper_attr(name)`` (a method uncalled), ``set_attr`` sets the attribute on the
+    outermost wrapper, an index may be negative or repeated. (Each env carries a small helper
+    attribute for this, ``_fastvec_sb3_access``, which is how one env is reached through the
+    vector env's ``call``.)
+
+    What differs from ``SubprocVecEnv``: envs share worker processes (``num_workers``,
+    default the usable cores), so envs that keep state in module globals (``np.random``'s
+    global generator, say) share it with the other envs of their worker; pass
+    ``num_workers=len(env_fns)`` for one process per env. No env runs in the calling process
+    (``step_in_caller=False`` unless given). ``start_method=None`` is Python's default start
+    method, where SB3 picks ``"forkserver"``.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> from stable_baselines3.common.env_util import make_vec_env
+        >>> from fastvec.integrations.sb3 import FastVecEnv
+        >>> env = FastVecEnv([lambda: gym.make("CartPole-v1") for _ in range(4)])  # was: SubprocVecEnv
+        >>> env.seed(0)
+        [0, 1, 2, 3]
+        >>> obs = env.reset()
+        >>> obs.shape
+        (4, 4)
+        >>> obs, rewards, dones, infos = env.step(np.array([0, 1, 0, 1]))
+        >>> rewards, dones
+        (array([1., 1., 1., 1.], dtype=float32), array([False, False, False, False]))
+        >>> env.set_attr("gravity", 3.0, indices=[1, 3])
+        >>> env.get_attr("gravity")
+        [9.8, 3.0, 9.8, 3.0]
+        >>> env.close()
+        >>> env = make_vec_env("CartPole-v1", n_envs=8, vec_env_cls=FastVecEnv)  # was: SubprocVecEnv
+        >>> env.num_envs, env.env_is_wrapped(gym.wrappers.TimeLimit, indices=0)
+        (8, [True])
+        >>> env.close()
+
+    Args:
+        env_fns: callables that each build one env, as for ``SubprocVecEnv``.
+        start_method: the multiprocessing start method (``"fork"``, ``"spawn"``,
+            ``"forkserver"``) or ``None`` for Python's default.
+        **fastvec_kwargs: more arguments of :class:`fastvec.FastVectorEnv` (``num_workers``,
+            ``shared_memory``, ``copy``, ``step_in_caller``, ...), but not ``context`` (that is
+            ``start_method``) nor an ``autoreset_mode`` other than ``SAME_STEP``.
+
+    Raises:
+        TypeError: ``env_fns`` is not a non-empty sequence of callables, or ``context`` is given.
+        ValueError: an unknown ``start_method``, an ``autoreset_mode`` other than ``SAME_STEP``,
+            or (raised by the env's worker) an ``env_fns`` entry that returns an env another
+            entry returned too.
+    """
+
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], start_method: str | None = None,
+                 **fastvec_kwargs: Any) -> None:
+        if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Sequence):
+            raise TypeError(
+                f"env_fns must be a list of functions that each build an env, got {type(env_fns).__name__}"
+            )
+        if len(env_fns) == 0:
+            raise TypeError("env_fns is empty: FastVecEnv needs at least one function that builds an env")
+        for k, fn in enumerate(env_fns):
+            if not callable(fn):
+                raise TypeError(
+                    f"env_fns[{k}] is not callable (got {type(fn).__name__}); pass e.g. `lambda: gym.make(...)`"
+                )
+        if start_method is not None and start_method not in multiprocessing.get_all_start_methods():
+            raise ValueError(
+                f"cannot find context for {start_method!r}: start_method must be None or one of "
+                f"{multiprocessing.get_all_start_methods()}"
+            )
+        if "context" in fastvec_kwargs:
+            raise TypeError(
+                "FastVecEnv takes the multiprocessing start method as start_method (as SubprocVecEnv), not context"
+            )
+        mode = fastvec_kwargs.pop("autoreset_mode", AutoresetMode.SAME_STEP)
+        if mode not in (AutoresetMode.SAME_STEP, AutoresetMode.SAME_STEP.value):
+            raise ValueError(
+                "FastVecEnv resets finished envs in the same step, as SB3 does: autoreset_mode must be "
+                f"SAME_STEP, got {mode!r}"
+            )
+        fastvec_kwargs.setdefault("step_in_caller", False)
+        env_fns = [partial(build_env, fn, i) for i, fn in enumerate(env_fns)]  # (each env gets its EnvAccess)
+        vector_env = FastVectorEnv(env_fns, context=start_method, autoreset_mode=AutoresetMode.SAME_STEP,
+                                   **fastvec_kwargs)
+        try:
+            super().__init__(vector_env)
+        except BaseException:
+            vector_env.close()
+            raise
+
+    def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
+        """``env.get_wrapper_attr(attr_name)`` of each env in ``indices`` (a method is returned, not called)."""
+        return self._in_envs("get_attr", indices, attr_name)
+
+    def has_attr(self, attr_name: str) -> bool:
+        """Whether every env has ``attr_name`` (on any of its wrappers)."""
+        return all(self._in_envs("has_attr", None, attr_name))
+
+    def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
+        """``setattr(env, attr_name, value)`` on the outermost wrapper of each env in ``indices``."""
+        self._in_envs("set_attr", indices, attr_name, value)
+
+    def env_method(self, method_name: str, *method_args: Any, indices: VecEnvIndices = None,
+                   **method_kwargs: Any) -> list[Any]:
+        """Call ``method_name(*method_args, **method_kwargs)`` in the envs in ``indices`` (only those)."""
+        return self._in_envs("env_method", indices, method_name, method_args, method_kwargs)
+
+    def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:
+        """Whether each env in ``indices`` has a ``wrapper_class`` in its wrapper chain."""
+        return self._in_envs("is_wrapped", indices, wrapper_class)
+
+    def _in_envs(self, op: str, indices: VecEnvIndices, *args: Any) -> list[Any]:
+        """Run the env-side operation ``op`` in the envs ``indices`` names, results in that order."""
+        if indices is None:
+            return [results[0] for results in self.vector_env.call(ATTRIBUTE, op, None, *args)]
+        envs = range(self.num_envs)
+        order = []
+        for i in self._get_indices(indices):
+            try:
+                order.append(envs[i])
+            except IndexError:
+                raise IndexError(f"env index {i!r} is out of range for {self.num_envs} envs") from None
+            except TypeError:
+                raise TypeError(f"env indices must be ints, got {i!r}") from None
+        counts = Counter(order)
+        per_env = self.vector_env.call(ATTRIBUTE, op, dict(counts), *args)
+        taken: Counter[int] = Counter()
+        out = []
+        for i in order:
+            out.append(per_env[i][taken[i]])
+            taken[i] += 1
+        return out
+
+    def __repr__(self) -> str:
+        return f"FastVecEnv({self.vector_env!r})"
+
+
 def to_sb3(vector_env: VectorEnv, *, copy_obs: bool | None = None) -> SB3VecEnv:
     """Turn a Gymnasium vector env (fastvec's or any other) into a Stable-Baselines3 ``VecEnv``.
 
@@ -417,6 +579,11 @@ def _split_infos(
     if fill:
         return [per_env.get(i, {}) for i in range(num_envs)]
     return per_env
+
+
+def _batch(space: gym.Space, items: Sequence[Any]) -> Any:
+    """One value of ``space`` per env, batched as a Gymnasium vector env takes them."""
+    return gym.vector.utils.concatenate(space, items, gym.vector.utils.create_empty_array(space, len(items)))
 
 
 def _tree_row(obs: Any, i: int) -> Any:
