@@ -43,6 +43,19 @@ def median_time(fn: Callable[[], object], repeats: int = 7, number: int = 1, war
     return statistics.median(times)
 
 
+def interleaved_rates(runners: dict[str, Callable[[], float]], rounds: int) -> dict[str, float]:
+    """Median of each runner's rate (what one call returns), the runners taking turns round after round.
+
+    Taking turns keeps a drift in the machine's speed (shared, noisy cores) from
+    landing on one runner only, so the ratios of one run compare like with like.
+    """
+    rates: dict[str, list[float]] = {name: [] for name in runners}
+    for _ in range(rounds):
+        for name, run in runners.items():
+            rates[name].append(run())
+    return {name: statistics.median(r) for name, r in rates.items()}
+
+
 def fmt_rate(x: float) -> str:
     """Format a rate (e.g. steps per second) compactly: 1.23M, 456k."""
     if x >= 1e6:
