@@ -27,6 +27,7 @@ SECTIONS = {
     "replay": "Segment trees and prioritized replay",
     "flatten": "Space flatten/unflatten vs gymnasium.spaces",
     "torch": "Device-resident TorchCartPole",
+    "real": "MuJoCo and Atari Pong on every vector backend vs the cores' limit (the `real` extra)",
 }
 
 
