@@ -19,9 +19,11 @@ seed 0 before timing; every backend and the limit take turns round by round
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import multiprocessing
+import signal
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -81,8 +83,10 @@ def _limit_worker(make: Callable[[], gym.Env], seed: int, conn) -> None:
     """Builds one env, then steps it for as long as each request on ``conn`` says.
 
     Counts every call, step or reset, as a transition, as a vector env in NEXT_STEP
-    autoreset mode does (the call after an episode's end is its reset).
+    autoreset mode does (the call after an episode's end is its reset). Ignores Ctrl-C,
+    like fastvec's workers: the bench process ends it through ``conn``.
     """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         env = make()
         env.action_space.seed(seed)
@@ -220,8 +224,9 @@ def make_backend(name: str, workload: Workload, num_envs: int):
     if name == "SB3 SubprocVecEnv":
         from stable_baselines3.common.vec_env import SubprocVecEnv
 
-        # fork: the start method only changes how long the 8-16 processes take to start.
-        env = SubprocVecEnv(fns, start_method="fork")
+        # fork where there is one: the start method only changes how long the 8-16 processes
+        # take to start (with SB3's default, forkserver, each re-imports the env's modules).
+        env = SubprocVecEnv(fns, start_method="fork" if "fork" in multiprocessing.get_all_start_methods() else None)
         env.seed(0)
         return env
     if name == "fastvec default":
@@ -293,12 +298,18 @@ def measure(workload: Workload, num_envs: int, names: Sequence[str], *, transiti
         runners["limit"] = functools.partial(limit.rate, limit_s)
         # The limit runs between the peers and the references, in every round.
         order = [n for n in runners if n in PEERS] + ["limit"] + [n for n in runners if n in REFERENCES]
-        return interleaved_rates({n: runners[n] for n in order}, rounds)
-    finally:
-        if limit is not None:
-            limit.close()
-        for env in envs.values():
-            env.close()
+        rates = interleaved_rates({n: runners[n] for n in order}, rounds)
+    except BaseException:
+        # Ctrl-C reaches the one-process-per-env backends' children too, and their close()
+        # then fails on a broken pipe: close what can be closed, and raise what stopped us.
+        for closeable in (limit, *envs.values()):
+            if closeable is not None:
+                with contextlib.suppress(Exception):
+                    closeable.close()
+        raise
+    for closeable in (limit, *envs.values()):
+        closeable.close()
+    return rates
 
 
 def _pct(x: float | None, of: float) -> str:
