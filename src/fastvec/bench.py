@@ -27,6 +27,7 @@ SECTIONS = {
     "replay": "Segment trees and prioritized replay",
     "flatten": "Space flatten/unflatten vs gymnasium.spaces",
     "torch": "Device-resident TorchCartPole",
+    "real": "MuJoCo and Atari Pong on every vector backend vs the cores' limit (the `real` extra)",
 }
 
 
@@ -41,6 +42,19 @@ def median_time(fn: Callable[[], object], repeats: int = 7, number: int = 1, war
             fn()
         times.append((time.perf_counter() - start) / number)
     return statistics.median(times)
+
+
+def interleaved_rates(runners: dict[str, Callable[[], float]], rounds: int) -> dict[str, float]:
+    """Median of each runner's rate (what one call returns), the runners taking turns round after round.
+
+    Taking turns keeps a drift in the machine's speed (shared, noisy cores) from
+    landing on one runner only, so the ratios of one run compare like with like.
+    """
+    rates: dict[str, list[float]] = {name: [] for name in runners}
+    for _ in range(rounds):
+        for name, run in runners.items():
+            rates[name].append(run())
+    return {name: statistics.median(r) for name, r in rates.items()}
 
 
 def fmt_rate(x: float) -> str:

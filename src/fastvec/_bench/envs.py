@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -37,3 +38,41 @@ class BusyEnv(gym.Env):
         while time.perf_counter() < end:
             pass
         return self._obs, 1.0, False, False, {}
+
+
+# --- The `real` section's workloads -------------------------------------------------------
+# Module-level constructors (not lambdas), so that worker processes started with any
+# start method (fork, forkserver, spawn) can rebuild them by reference.
+
+
+def _mujoco_warning(message: str) -> None:
+    # MuJoCo 4.0 warns that the `settotalmass` attribute of Gymnasium's half_cheetah.xml is
+    # deprecated: by default every process that builds the env prints it and appends it to
+    # MUJOCO_LOG.TXT in the working directory. Other MuJoCo warnings become Python warnings.
+    if "settotalmass" not in message:
+        warnings.warn(f"MuJoCo: {message}", RuntimeWarning, stacklevel=2)
+
+
+def make_mujoco(env_id: str) -> gym.Env:
+    """A Gymnasium MuJoCo env as ``gym.make`` builds it (needs ``gymnasium[mujoco]``)."""
+    import mujoco
+
+    if mujoco.get_mju_user_warning() is None:  # leave a handler someone else installed alone
+        mujoco.set_mju_user_warning(_mujoco_warning)
+    return gym.make(env_id)
+
+
+def make_pong() -> gym.Env:
+    """Atari Pong with the usual DQN-style preprocessing (needs ale-py and OpenCV).
+
+    ``PongNoFrameskip-v4`` (every frame, no sticky actions), then Gymnasium's
+    ``AtariPreprocessing`` (up to 30 no-ops on reset, 4 frames per step max-pooled
+    over the last two, 84x84 grayscale, episodes end only at game over) and a stack
+    of the last 4 frames: observations ``(4, 84, 84)`` uint8, 6 actions.
+    """
+    import ale_py
+
+    gym.register_envs(ale_py)
+    env = gym.make("PongNoFrameskip-v4")
+    env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84, terminal_on_life_loss=False)
+    return gym.wrappers.FrameStackObservation(env, 4)

@@ -11,31 +11,40 @@ import gymnasium as gym
 import numpy as np
 
 from fastvec._bench.envs import BusyEnv
-from fastvec.bench import fmt_rate, print_table
+from fastvec.bench import fmt_rate, interleaved_rates, print_table
 from fastvec.vector.shared import FastVectorEnv
 
 
-def interleaved_sps(envs: dict, actions: np.ndarray, rounds: int, slow: dict | None = None) -> dict:
-    """Median SPS per backend, the backends taking turns round after round.
+def step_rate(step, actions: np.ndarray):
+    """A runner for :func:`interleaved_rates`: SPS of ``step(a)`` over the rows of ``actions``.
 
-    Taking turns keeps a drift in the machine's speed (shared, noisy cores) from
-    landing on one backend only, so the ratios of one run compare like with like.
-    ``slow`` maps a backend to a smaller number of steps per round (AsyncVectorEnv).
+    ``actions`` is ``(steps, num_envs, ...)``, drawn before timing; SPS counts env
+    transitions, ``steps * num_envs``.
+    """
+    transitions = len(actions) * actions.shape[1]
+
+    def run() -> float:
+        start = time.perf_counter()
+        for a in actions:
+            step(a)
+        return transitions / (time.perf_counter() - start)
+
+    return run
+
+
+def interleaved_sps(envs: dict, actions: np.ndarray, rounds: int, slow: dict | None = None) -> dict:
+    """Median SPS per vector env, the envs taking turns round after round (:func:`interleaved_rates`).
+
+    Each env is reset with seed 0 and stepped 10 times first. ``slow`` maps a backend
+    to a smaller number of steps per round (AsyncVectorEnv).
     """
     slow = slow or {}
-    for name, env in envs.items():
+    for env in envs.values():
         env.reset(seed=0)
         for a in actions[:10]:
             env.step(a)
-    rates = {name: [] for name in envs}
-    for _ in range(rounds):
-        for name, env in envs.items():
-            steps = actions[: slow.get(name, len(actions))]
-            start = time.perf_counter()
-            for a in steps:
-                env.step(a)
-            rates[name].append(steps.size / (time.perf_counter() - start))
-    return {name: float(np.median(r)) for name, r in rates.items()}
+    runners = {name: step_rate(env.step, actions[: slow.get(name, len(actions))]) for name, env in envs.items()}
+    return interleaved_rates(runners, rounds)
 
 
 def _case(label: str, make_fn, num_envs: int, steps: int, num_workers: int, rounds: int) -> list:
