@@ -274,19 +274,25 @@ def signature_slots(cnp.ndarray ids not None, const int64_t[::1] worker_of_env n
 
 
 cdef class Plan:
-    """The copies of one info plan: per signature slot, memcpys from the env's row into
-    the vector arrays, and the masks to set.
+    """The arrays and copies of one info plan: the vector arrays to allocate and, per
+    signature slot, memcpys from the env's row into them and the masks to set.
 
     Args:
+        targets: per array, its dtype and its shape after the batch axis (``object``
+            arrays start filled with None, the others with zeros).
         fast: per slot, an int64 array [m, 3] of (target, offset in the row, nbytes).
         masks: per slot, an int64 array of the bool targets to set to True.
     """
+    cdef list targets
     cdef cnp.ndarray fast_ops, fast_start, mask_ops, mask_start
     cdef Py_ssize_t num_slots
 
-    def __init__(self, list fast not None, list masks not None):
+    def __init__(self, list targets not None, list fast not None, list masks not None):
         if len(fast) != len(masks):
             raise ValueError("fast and masks must have one entry per signature slot")
+        # (a type number builds the array without the dtype object: numeric dtypes only)
+        self.targets = [(dtype.num if dtype.kind in "biufc" and dtype.isnative else -1, tuple(shape), dtype)
+                        for dtype, shape in targets]
         self.num_slots = len(fast)
         self.fast_start = cnp.PyArray_ZEROS(1, [self.num_slots + 1], cnp.NPY_INT64, 0)
         self.mask_start = cnp.PyArray_ZEROS(1, [self.num_slots + 1], cnp.NPY_INT64, 0)
@@ -298,8 +304,31 @@ cdef class Plan:
         self.fast_ops = np.ascontiguousarray(np.concatenate([np.zeros((0, 3), np.int64)] + list(fast)), dtype=np.int64)
         self.mask_ops = np.ascontiguousarray(np.concatenate([np.zeros(0, np.int64)] + list(masks)), dtype=np.int64)
 
-    def run(self, list arrays not None, cnp.ndarray rows not None, const int64_t[::1] slots not None,
-            const int64_t[::1] env_rows not None):  # arrays: OUT
+    def run(self, cnp.ndarray rows not None, const int64_t[::1] slots not None,
+            const int64_t[::1] env_rows not None):
+        """The plan's arrays, one row per output row, each row's values copied in."""
+        cdef list arrays = [self._new(target, slots.shape[0]) for target in self.targets]
+        self._copy(arrays, rows, slots, env_rows)
+        return arrays
+
+    cdef cnp.ndarray _new(self, tuple target, Py_ssize_t n):
+        cdef int typenum = target[0]
+        cdef tuple shape = target[1]
+        cdef cnp.npy_intp dims[32]
+        cdef int k, ndim = len(shape) + 1
+        if typenum < 0:
+            import numpy as np
+            dtype = target[2]
+            return np.full((n, *shape), None, dtype=object) if dtype == object else np.zeros((n, *shape), dtype)
+        if ndim > 32:
+            raise ValueError(f"an info array of {ndim} dimensions")
+        dims[0] = n
+        for k in range(1, ndim):
+            dims[k] = <cnp.npy_intp>shape[k - 1]
+        return cnp.PyArray_ZEROS(ndim, dims, typenum, 0)
+
+    def _copy(self, list arrays not None, cnp.ndarray rows not None, const int64_t[::1] slots not None,
+              const int64_t[::1] env_rows not None):  # arrays: OUT
         """Copy each row's values into ``arrays`` (C-contiguous, one row per output row)."""
         cdef Py_ssize_t n = slots.shape[0], num_targets = len(arrays), t, k, s, op, env
         cdef Py_ssize_t row_bytes, num_envs

@@ -380,8 +380,9 @@ class _Plan:
         except _Generic:
             self.generic = True
             return
-        self.kernel = _kernel.Plan(fast_ops, mask_ops)
+        self.kernel = _kernel.Plan([(np.dtype(dtype), shape) for shape, dtype in self.targets], fast_ops, mask_ops)
         self.any_slow = any(self.slow)
+        self.fill = _builder(self.structure)
 
     def _new_target(self, shape: tuple, dtype: np.dtype) -> int:
         self.targets.append((shape, dtype))
@@ -422,9 +423,7 @@ class _Plan:
             piped: dict) -> dict:
         if self.generic:
             return self._run_generic(assembler, slots, env_rows, num_out, piped)
-        arrays = [np.full((num_out, *shape), None, dtype=object) if dtype == object
-                  else np.zeros((num_out, *shape), dtype=dtype) for shape, dtype in self.targets]
-        self.kernel.run(arrays, assembler.rows, slots, env_rows)
+        arrays = self.kernel.run(assembler.rows, slots, env_rows)
         if self.any_slow:
             rows = assembler.rows
             for k, (slot, env) in enumerate(zip(slots.tolist(), env_rows.tolist())):
@@ -433,7 +432,7 @@ class _Plan:
                 values = iter(piped.get(env, ()))
                 for target, (key, kind, offset, nbytes, _) in self.slow[slot]:
                     arrays[target][k] = _rebuild_value(kind, offset, nbytes, rows[env], values)
-        return _fill(self.structure, arrays)
+        return self.fill(arrays)
 
     def _run_generic(self, assembler: InfoAssembler, slots: np.ndarray, env_rows: np.ndarray, num_out: int,
                      piped: dict) -> dict:
@@ -462,8 +461,19 @@ class _Batch:
         self.num_envs = num_envs
 
 
-def _fill(structure: dict, arrays: list) -> dict:
-    out = {}
-    for key, entry in structure.items():
-        out[key] = _fill(entry[1], arrays) if entry[0] == "dict" else arrays[entry[1]]
-    return out
+def _builder(structure: dict):
+    """A function that builds the nested infos dict of ``structure`` from the plan's arrays:
+    one dict display, compiled once per plan (keys are passed in, so any hashable works)."""
+    keys: list = []
+
+    def display(node: dict) -> str:
+        items = []
+        for key, entry in node.items():
+            keys.append(key)
+            name = f"k[{len(keys) - 1}]"
+            value = display(entry[1]) if entry[0] == "dict" else f"a[{entry[1]}]"
+            items.append(f"{name}: {value}")
+        return "{" + ", ".join(items) + "}"
+
+    body = display(structure)
+    return eval(f"lambda a, k=k: {body}", {"k": tuple(keys)})
