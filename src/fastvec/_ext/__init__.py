@@ -1,1 +1,1 @@
-"""Compiled Cython kernels. Each module is small and single-purpose; see DESIGN.md."""
+"""Compiled Cython kernels. Each module is small and single-purpose; the README's Layout lists them."""
