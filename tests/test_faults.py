@@ -363,3 +363,50 @@ def test_worker_fault_in_send_recv(leak_check):
                 env.send(np.zeros(2, np.int64), infos["env_id"])
         _timed(loop)
     assert info.value.env_index == 3
+
+
+# --- what the opt-in step_in_caller=True mode can and cannot survive ------------------------
+# With it, the calling process steps the first worker's share of the envs itself. An env there
+# that raises is reported as in a worker (test_env_raises_in_step), but one that exits the
+# process takes the caller with it, and a slow step there cannot honour step_wait(timeout=).
+
+@pytest.mark.parametrize("step_in_caller", [False, True])
+def test_an_env_that_exits_the_process(step_in_caller):
+    proc = _run_script(f"""
+        import numpy as np
+        from fastvec import FastVectorEnv, WorkerDiedError
+        from toy_envs import CrashEnv
+        fns = [lambda: CrashEnv(fail_at=2, how="exit"), lambda: CrashEnv(fail_at=10**9)]
+        env = FastVectorEnv(fns, num_workers=2, step_in_caller={step_in_caller})
+        env.reset(seed=0)
+        env.step(np.zeros(2, np.int64))
+        try:
+            env.step(np.zeros(2, np.int64))
+        except WorkerDiedError as exc:
+            print("survived:", exc, flush=True)
+    """)
+    out, err = proc.communicate(timeout=30)
+    if step_in_caller:
+        assert proc.returncode == 3 and "survived" not in out  # env 0 ran in the caller: it is gone
+    else:
+        assert proc.returncode == 0, err
+        assert "survived: FastVectorEnv worker 0 (envs 0..0) exited with code 3" in out
+
+
+@pytest.mark.parametrize("step_in_caller", [False, True])
+def test_a_slow_env_and_step_wait_timeout(step_in_caller):
+    import multiprocessing
+
+    fns = [lambda: ToyEnv(step_sleep=0.6), lambda: ToyEnv()]
+    with FastVectorEnv(fns, num_workers=2, step_in_caller=step_in_caller) as env:
+        env.reset(seed=0)
+        env.step_async(np.zeros(2, np.int64))
+        start = time.perf_counter()
+        if step_in_caller:
+            env.step_wait(timeout=0.1)  # the caller itself runs the 0.6 s step: no timeout possible
+            assert time.perf_counter() - start >= 0.5
+        else:
+            with pytest.raises(multiprocessing.TimeoutError):
+                env.step_wait(timeout=0.1)
+            assert time.perf_counter() - start < 0.4
+            env.step_wait()  # still pending: collected by waiting again
