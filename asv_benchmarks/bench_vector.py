@@ -15,11 +15,12 @@ def _make(backend, fns):
         return gym.vector.SyncVectorEnv(fns)
     if backend == "async":
         return gym.vector.AsyncVectorEnv(fns)
-    return FastVectorEnv(fns, num_workers=2)
+    # "fastvec": the default (no env in the caller); "fastvec_in_caller": the opt-in mode
+    return FastVectorEnv(fns, num_workers=2, step_in_caller=backend == "fastvec_in_caller")
 
 
 class CartPoleStep:
-    params = (["sync", "async", "fastvec"], [8, 64])
+    params = (["sync", "async", "fastvec", "fastvec_in_caller"], [8, 64])
     param_names = ["backend", "num_envs"]
     timeout = 120
 
@@ -37,7 +38,7 @@ class CartPoleStep:
 
 
 class BusyEnv50usStep:
-    params = (["sync", "async", "fastvec"], [8, 16])
+    params = (["sync", "async", "fastvec", "fastvec_in_caller"], [8, 16])
     param_names = ["backend", "num_envs"]
     timeout = 120
 
