@@ -256,6 +256,14 @@ def test_monitor_episode_stats_pass_through(backend: str, mode: AutoresetMode) -
         ref.close()
 
 
+#: gymnasium < 1.4's vector RecordEpisodeStatistics counts every episode as NEXT_STEP does: under
+#: SAME_STEP it drops the first step of each episode that starts with an autoreset (length and
+#: return one step short of Monitor's).
+GYM_BEFORE_1_4 = tuple(int(x) for x in gym.__version__.split(".")[:2]) < (1, 4)
+
+
+@pytest.mark.xfail(GYM_BEFORE_1_4, strict=True,
+                   reason="gymnasium < 1.4's vector RecordEpisodeStatistics miscounts SAME_STEP episodes")
 @pytest.mark.parametrize("backend", list(BACKENDS))
 def test_vector_record_episode_statistics(backend: str) -> None:
     """A vector-level RecordEpisodeStatistics: its stats become SB3's infos[i]["episode"].

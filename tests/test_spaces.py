@@ -1,6 +1,8 @@
 """fastvec.spaces flatten/unflatten against gymnasium.spaces.flatten/unflatten, exactly."""
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pytest
 from gymnasium import spaces as gs
@@ -14,6 +16,19 @@ from fastvec.spaces import Layout, flatten, flatten_sample, unflatten, unflatten
 
 INT_DTYPES = [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64]
 FLOAT_DTYPES = [np.float16, np.float32, np.float64]
+
+#: Discrete(n, start, dtype=...) arrived in gymnasium 1.2; before it every Discrete is int64.
+DISCRETE_HAS_DTYPE = "dtype" in inspect.signature(gs.Discrete.__init__).parameters
+needs_discrete_dtype = pytest.mark.skipif(
+    not DISCRETE_HAS_DTYPE, reason="Discrete(dtype=...) needs gymnasium >= 1.2 (always int64 before)")
+
+
+def _discrete(n, start=0, dtype=np.int64):
+    """gs.Discrete with a dtype; only int64 on gymnasium < 1.2, which has no dtype argument."""
+    if DISCRETE_HAS_DTYPE:
+        return gs.Discrete(n, start=start, dtype=dtype)
+    assert np.dtype(dtype) == np.int64, "Discrete(dtype=...) needs gymnasium >= 1.2"
+    return gs.Discrete(n, start=start)
 
 
 # --------------------------------------------------------------------------- strategies
@@ -45,9 +60,9 @@ def boxes(draw):
 
 @st.composite
 def discretes(draw):
-    dtype = np.dtype(draw(st.sampled_from(INT_DTYPES)))
+    dtype = np.dtype(draw(st.sampled_from(INT_DTYPES if DISCRETE_HAS_DTYPE else [np.int64])))
     low = 0 if dtype.kind == "u" else -3
-    return gs.Discrete(draw(st.integers(1, 6)), start=draw(st.integers(low, 3)), dtype=dtype)
+    return _discrete(draw(st.integers(1, 6)), start=draw(st.integers(low, 3)), dtype=dtype)
 
 
 @st.composite
@@ -210,6 +225,7 @@ def test_nested_promotion_is_applied_container_by_container():
     assert Layout(flat3).flat_dtype == gflatten(flat3, flat3.sample()).dtype
 
 
+@needs_discrete_dtype
 def test_discrete_start_and_dtypes_single():
     space = gs.Tuple((gs.Discrete(4, start=-2, dtype=np.int32),
                       gs.MultiDiscrete([[2, 3], [4, 1]], start=[[1, -1], [0, 5]], dtype=np.int16),
@@ -356,6 +372,7 @@ def test_layout_keeps_leaf_order_and_offsets():
     assert [leaf.kind for leaf in layout.leaves] == ["box", "multibinary", "discrete"]
 
 
+@needs_discrete_dtype
 def test_discrete_scalars_and_narrowing_casts():
     space = gs.Tuple((gs.Discrete(300, start=-5, dtype=np.int16), gs.Discrete(4, dtype=np.uint8),
                       gs.Box(0, 10, (2,), np.uint8)))
@@ -471,13 +488,15 @@ def test_layout_pickles_after_use():
     _assert_same(flatten(clone, batch), ref)
 
 
+@pytest.mark.parametrize("last_discrete", [
+    pytest.param(np.uint8, marks=needs_discrete_dtype, id="uint8"), pytest.param(np.int64, id="int64")])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
-def test_unflatten_non_one_hot_values_like_gymnasium(dtype):
+def test_unflatten_non_one_hot_values_like_gymnasium(dtype, last_discrete):
     # Beyond round trips: several nonzeros in a Discrete segment (gymnasium takes the first),
     # NaN / -0.0 / fractions into bool and integer Boxes (NumPy's casts), float16 leaves.
     space = gs.Tuple((gs.Discrete(4, start=2), gs.Box(0, 1, (4,), np.bool_),
                       gs.Box(-100, 100, (3,), np.int16), gs.Box(-1, 1, (2,), np.float16),
-                      gs.Discrete(3, dtype=np.uint8)))
+                      _discrete(3, dtype=last_discrete)))
     layout = Layout(space)
     rows = np.array([
         [0, 0.5, 1, 0, 0.5, np.nan, -0.0, 0, 3.7, -2.5, 99, 0.1, -1e-5, 0, 0, 2],

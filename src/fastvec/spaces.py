@@ -772,7 +772,8 @@ def unflatten_sample(layout: Layout, flat) -> Any:
         >>> from gymnasium import spaces
         >>> from fastvec.spaces import Layout, unflatten_sample
         >>> layout = Layout(spaces.Tuple((spaces.Discrete(3, start=1), spaces.MultiBinary(2))))
-        >>> unflatten_sample(layout, np.array([0, 0, 1, 1, 0]))
-        (np.int64(3), array([1, 0], dtype=int8))
+        >>> discrete, binary = unflatten_sample(layout, np.array([0, 0, 1, 1, 0]))
+        >>> type(discrete).__name__, int(discrete), binary
+        ('int64', 3, array([1, 0], dtype=int8))
     """
     return _join(layout, _unflatten_from(layout, _flat_input(layout, flat, True), True))

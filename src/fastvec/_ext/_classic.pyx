@@ -611,6 +611,9 @@ cdef struct Ctx:
     # env parameters (meaning per kind, see the Python side)
     f64 p[24]
     int flag0
+    # 1 under NumPy 1.x's legacy promotion: a NumPy float32 scalar combined with a
+    # Python float or int gives a float64 (NEP 50, NumPy 2: a float32)
+    int legacy
 
 
 # ---------------------------------------------------------------------------
@@ -696,7 +699,7 @@ cdef inline void _mountaincar_exact(Ctx *c, i64 i) noexcept nogil:
 # Python/NumPy scalar kinds in Continuous_MountainCarEnv.step
 DEF K_F32 = 0   # numpy.float32
 DEF K_F64 = 1   # numpy.float64
-DEF K_PY = 2    # Python float (weak: adopts the other operand's precision)
+DEF K_PY = 2    # Python float (weak under NEP 50: adopts the other operand's precision)
 
 cdef inline void _mountaincar_cont_exact(Ctx *c, i64 i) noexcept nogil:
     # p: 0 min_position, 1 max_position, 2 max_speed, 3 goal_position,
@@ -704,15 +707,18 @@ cdef inline void _mountaincar_cont_exact(Ctx *c, i64 i) noexcept nogil:
     # Continuous_MountainCarEnv mixes NumPy float32/float64 scalars and Python
     # floats; NumPy 2's promotion rules (NEP 50) decide each operation's
     # precision, so we track each value's kind and round where NumPy rounds.
+    # Under NumPy 1.x (c.legacy) every operation of step() has a Python float or
+    # int operand, which makes it float64: the state and the action then behave
+    # as float64 values (only the final np.array(..., dtype=np.float32) rounds).
     cdef i64 n = c.n
     cdef f64 *st = c.state
     cdef f64 position = st[i], velocity = st[n + i]
-    cdef int skind = K_F32 if c.kindf32[i] else K_F64
+    cdef int skind = K_F32 if (c.kindf32[i] and not c.legacy) else K_F64
     cdef f64 a
     cdef int akind
     if c.act_f != NULL:
         a = <f64>c.act_f[i]
-        akind = K_F32
+        akind = K_F64 if c.legacy else K_F32
     else:
         a = c.act_d[i]
         akind = K_F64
@@ -907,21 +913,27 @@ cdef inline void _pendulum_exact(Ctx *c, i64 i) noexcept nogil:
     cdef f64 u, costs, b, newthdot, newth
     cdef f32 u32
     if c.act_f != NULL:
+        # np.clip of the float32 action array runs in float32 (NumPy 1 and 2)
         u32 = c.act_f[i]
         if u32 < <f32>(-c.p[4]):
             u32 = <f32>(-c.p[4])
         if u32 > <f32>c.p[4]:
             u32 = <f32>c.p[4]
         u = <f64>u32
-        b = <f64>(<f32>(<f32>0.001 * fv_powf2(u32)))
-        costs = fv_pow2(_angle_normalize(th)) + 0.1 * fv_pow2(thdot) + b
-        b = <f64>(<f32>c.p[1] * u32)
     else:
         u = c.act_d[i]
         if u < -c.p[4]:
             u = -c.p[4]
         if u > c.p[4]:
             u = c.p[4]
+    if c.act_f != NULL and not c.legacy:
+        # NEP 50: u**2, 0.001 * u**2 and 3.0/(m*l**2) * u stay float32
+        b = <f64>(<f32>(<f32>0.001 * fv_powf2(u32)))
+        costs = fv_pow2(_angle_normalize(th)) + 0.1 * fv_pow2(thdot) + b
+        b = <f64>(<f32>c.p[1] * u32)
+    else:
+        # a float64 action, or (NumPy 1.x) a float32 one: float32 scalar ** / * a
+        # Python number is float64 there
         costs = fv_pow2(_angle_normalize(th)) + 0.1 * fv_pow2(thdot) + 0.001 * fv_pow2(u)
         b = c.p[1] * u
     c.last_u[i] = u
@@ -1111,6 +1123,7 @@ cdef class ClassicBatch:
         c.max_steps = max_steps
         c.obs_dim = obs_dim
         c.flag0 = flag0
+        c.legacy = legacy_promotion()
         c.state = <f64*>cnp.PyArray_DATA(<cnp.ndarray>self._state)
         c.kindf32 = <u8*>cnp.PyArray_DATA(<cnp.ndarray>self._kindf32)
         c.steps = <i32*>cnp.PyArray_DATA(<cnp.ndarray>self._steps)
@@ -1314,6 +1327,13 @@ cdef class ClassicBatch:
                     _reset_one(c, i)
                     c.term[i] = 0
                     c.trunc[i] = 0
+
+
+def legacy_promotion():
+    """True when NumPy promotes ``float32 scalar * Python float`` to float64 (NumPy 1.x's
+    value-based promotion) rather than keeping float32 (NEP 50, NumPy 2). Gymnasium's
+    MountainCarContinuous and Pendulum compute in float64 or float32 accordingly."""
+    return type(np.float32(1.0) * 1.0) is not np.float32
 
 
 def pcg64_next_doubles(uint64_t[::1] s, i64 k):
