@@ -143,6 +143,10 @@ class FastVectorEnv(VectorEnv):
         RuntimeError: the envs' spaces differ (see ``observation_mode``).
     """
 
+    # Until __init__ has run: Gymnasium < 1.3's VectorEnv.__del__ closes an env whose
+    # constructor raised (a bad keyword, say), and there is nothing to close then.
+    closed = True
+
     def __init__(
         self,
         env_fns: Sequence[Callable[[], Env]],
