@@ -233,6 +233,14 @@ cdef int _wait_all_done(uint32_t *ctrl, const uint8_t *active, Py_ssize_t worker
     return -1
 
 
+cdef int _first_busy(uint32_t *ctrl, const uint8_t *active, Py_ssize_t workers) noexcept nogil:
+    cdef Py_ssize_t w
+    for w in range(workers):
+        if active[w] and not _is_done(_row(ctrl, w)):
+            return <int>w
+    return -1
+
+
 cdef inline int _find_done(uint32_t *ctrl, const uint8_t *pending, Py_ssize_t workers,
                            Py_ssize_t start) noexcept nogil:
     """First pending worker that is done, scanning round-robin from ``start`` (no starvation)."""
@@ -283,11 +291,16 @@ cdef int _wait_any_done(uint32_t *ctrl, const uint8_t *pending, Py_ssize_t worke
         fv_store(sleeping, 0)
 
 
-def wait_all_done(cnp.ndarray ctrl not None, cnp.ndarray active not None, double spin_s, double timeout_s):
+def wait_all_done(cnp.ndarray ctrl not None, cnp.ndarray active not None, double spin_s, double timeout_s,
+                  double tail_spin_s=0.0):
     """Parent side: wait until every active worker has finished its command.
 
-    Returns -1 when all are done, else the index of a worker still busy when
-    ``timeout_s`` ran out (the caller checks it is alive and waits again).
+    Until the first of them is done (every core busy with a worker) the wait spins for
+    ``spin_s`` and then blocks; after that (a core has come free) it spins for up to
+    ``tail_spin_s`` per worker before blocking, so that the last worker's answer is
+    seen at once instead of through a wake-up. Returns -1 when all are done, else the
+    index of a worker still busy when ``timeout_s`` ran out (the caller checks it is
+    alive and waits again).
     """
     cdef Py_ssize_t workers, w
     cdef uint32_t *base = _ctrl_of(ctrl, &workers)
@@ -301,7 +314,14 @@ def wait_all_done(cnp.ndarray ctrl not None, cnp.ndarray active not None, double
         return -1
     deadline = fv_now() + timeout_s
     with nogil:
-        busy = _wait_all_done(base, mask, workers, spin_s, deadline)
+        busy = -1
+        if tail_spin_s > spin_s and _find_done(base, mask, workers, 0) < 0:
+            busy = _wait_any_done(base, mask, workers, 0, spin_s, deadline)
+            busy = -2 if busy < 0 else -1
+        if busy == -1:
+            busy = _wait_all_done(base, mask, workers, max(spin_s, tail_spin_s), deadline)
+        else:
+            busy = _first_busy(base, mask, workers)
     return busy
 
 
@@ -322,6 +342,20 @@ def wait_any_done(cnp.ndarray ctrl not None, cnp.ndarray pending not None,
     with nogil:
         w = _wait_any_done(base, mask, workers, start % workers, spin_s, deadline)
     return w
+
+
+def status_bits(cnp.ndarray ctrl not None, cnp.ndarray mask not None):
+    """The OR of ``1 << status`` over the workers in ``mask`` (their finished commands'
+    status words): one call tells the caller whether anything but OK is there to read."""
+    cdef Py_ssize_t workers, w
+    cdef uint32_t *base = _ctrl_of(ctrl, &workers)
+    cdef const uint8_t *active = _mask_of(mask, workers, "mask")
+    cdef uint32_t bits = 0, status
+    for w in range(workers):
+        if active[w]:
+            status = fv_load(&_row(base, w)[STATUS])
+            bits |= (<uint32_t>1) << (status if status < 31 else 31)
+    return bits
 
 
 def send_command(cnp.ndarray ctrl not None, Py_ssize_t worker, uint32_t command):

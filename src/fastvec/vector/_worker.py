@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 import traceback
 from typing import Any, Callable
 
@@ -44,6 +45,8 @@ _LOOP_MODES = {
 # Object-leaf values of these types are sent again only when they change (a MiniGrid
 # mission string stays the same for a whole episode); they cannot change in place.
 _IMMUTABLE = (str, bytes, int, float, bool, type(None))
+# The longest a waiting worker spins before it blocks (see _serve).
+MAX_SPIN_S = 200e-6
 _UNSENT = object()
 
 
@@ -309,12 +312,21 @@ def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: 
 def _serve(worker: _Worker, ctrl: np.ndarray, pipe, spin_s: float, parent_alive: Callable[[], bool]) -> None:
     index = worker.index
     seq = 0
+    gap = spin_s  # how soon the next command tends to come after one is done (a running mean)
     while True:
-        got = _sync.wait_command(ctrl, index, seq, spin_s, 5 * LIVENESS_INTERVAL)
+        # Spin (yielding) about twice as long as the next command usually takes to come, so
+        # that a tight stepping loop never pays for a wake-up from a blocked wait, which
+        # costs tens to hundreds of microseconds on a virtual machine; but when the caller
+        # spends longer between steps (a learner's update), block after the base spin and
+        # leave the cores to it.
+        spin = min(2.0 * gap + spin_s, MAX_SPIN_S) if gap < MAX_SPIN_S else spin_s
+        start = time.perf_counter()
+        got = _sync.wait_command(ctrl, index, seq, spin, 5 * LIVENESS_INTERVAL)
         if got is None:
             if not parent_alive():
                 return
             continue
+        gap += 0.125 * (min(time.perf_counter() - start, 2 * MAX_SPIN_S) - gap)
         seq, command = got
         phase = "step"
         try:

@@ -58,6 +58,11 @@ class _State(Enum):
 _DEFAULT, _WAITING_RESET, _WAITING_STEP = _State.DEFAULT, _State.WAITING_RESET, _State.WAITING_STEP
 _STEP = Command.STEP
 _STEP_PIPE = Command.STEP_PIPE
+# The longest the caller spins (yielding) for the last worker before it blocks (see _wait).
+MAX_TAIL_SPIN_S = 1e-3
+# _sync.status_bits of finished commands that left nothing on the pipes: OK, INFOS.
+_INFOS_BIT = 1 << Status.INFOS
+_QUIET_BITS = (1 << Status.OK) | _INFOS_BIT
 _OK, _MESSAGE, _ERROR, _CALL_ERROR, _INFOS = Status.OK, Status.MESSAGE, Status.ERROR, Status.CALL_ERROR, Status.INFOS
 
 
@@ -221,6 +226,7 @@ class FastVectorEnv(VectorEnv):
         self._local_step_job = None  # the step's local job, built once
         self._worker_spin_s = float(worker_spin_us) * 1e-6
         self._parent_spin_s = float(parent_spin_us) * 1e-6
+        self._wait_mean = self._parent_spin_s  # how long commands took, a running mean (see _wait)
         base, extra = divmod(self.num_envs, self.num_workers)
         sizes = [base + (w < extra) for w in range(self.num_workers)]
         self._starts = [sum(sizes[:w]) for w in range(self.num_workers)]
@@ -384,8 +390,11 @@ class FastVectorEnv(VectorEnv):
         self._rewards = self._buffer["rewards"]
         self._terminations = self._buffer["terminations"]
         self._truncations = self._buffer["truncations"]
+        self._obs_single = None
         if self._obs_layout is not None:
             self._obs_slabs = self._buffer.leaves("obs", self._obs_layout)
+            if self._obs_layout.is_leaf and not self._obs_layout.has_objects:
+                self._obs_single = self._obs_slabs[0]
         worker_of_env = np.repeat(np.arange(self.num_workers), np.diff([0, *self._stops]))
         self._infos = InfoAssembler(self._buffer["info_ids"], self._buffer["info_rows"], worker_of_env, self._starts)
         self._all_env_rows = np.arange(self.num_envs, dtype=np.int64)
@@ -581,6 +590,8 @@ class FastVectorEnv(VectorEnv):
         return self._infos.build(env_rows, len(env_rows))
 
     def _observations(self):
+        if self._obs_single is not None:  # the common case: one fixed-size leaf
+            return self._obs_single.copy() if self.copy else self._obs_single
         if self._obs_layout is None:
             self._obs_out = concatenate(self.single_observation_space, self._env_obs, self._obs_out)
             return deepcopy(self._obs_out) if self.copy else self._obs_out
@@ -628,12 +639,23 @@ class FastVectorEnv(VectorEnv):
         if self._local is not None and pending is not self._remote_mask and pending[0]:
             pending = pending.copy()
             pending[0] = 0
+        # How the caller waits. Until a first worker is done every core is busy with one, so
+        # it blocks after a short spin. From then on a core is free (that worker's, or the
+        # caller's own once it has stepped its share itself), so it spins, yielding, for
+        # about half as long as recent commands took: the last answer is then seen at once
+        # instead of through a wake-up from a blocked wait, which costs tens of
+        # microseconds on a virtual machine, a sizeable part of a step of a few hundred.
+        expected = self._wait_mean
+        tail = min(max(self._parent_spin_s, 0.5 * expected), MAX_TAIL_SPIN_S)
+        spin = tail if self._local is not None else self._parent_spin_s
+        started = time.perf_counter()
         while True:
             chunk = LIVENESS_INTERVAL
             if deadline is not None:
                 chunk = max(0.0, min(chunk, deadline - time.perf_counter()))
-            busy = _sync.wait_all_done(self._ctrl, pending, self._parent_spin_s, chunk)
+            busy = _sync.wait_all_done(self._ctrl, pending, spin, chunk, tail)
             if busy < 0:
+                self._wait_mean = expected + 0.125 * (min(time.perf_counter() - started, 4 * MAX_TAIL_SPIN_S) - expected)
                 break
             for w in np.flatnonzero(pending):
                 if not _sync.is_done(self._ctrl, w):
@@ -643,8 +665,12 @@ class FastVectorEnv(VectorEnv):
                 raise multiprocessing.TimeoutError(
                     f"The call to `{caller}` has timed out after {timeout} second(s); it is still pending."
                 )
-        self._read_statuses(self._remote_list if pending is self._remote_mask else np.flatnonzero(pending).tolist(),
-                            replies, call_errors)
+        bits = _sync.status_bits(self._ctrl, pending)
+        if bits & ~_QUIET_BITS:  # something to read: a reply, an error
+            self._read_statuses(self._remote_list if pending is self._remote_mask else np.flatnonzero(pending).tolist(),
+                                replies, call_errors)
+        elif bits & _INFOS_BIT:
+            self._infos_seen = True
         if call_errors:
             w, error = call_errors[0]
             if isinstance(error, BaseException):
@@ -1029,7 +1055,7 @@ class FastVectorEnv(VectorEnv):
         # copy=False observation the user still holds keeps it).
         self._ctrl = self._rewards = self._terminations = self._truncations = self._act_single = None
         self._act_dtypes = None
-        self._act_slabs = self._obs_slabs = self._infos = None
+        self._act_slabs = self._obs_slabs = self._obs_single = self._infos = None
         _finalize(self._processes, self._pipes, [self._buffer], timeout=0.0 if terminate else timeout,
                   envs=getattr(self, "_local_envs", ()))
         self._local_envs = ()
