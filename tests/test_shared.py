@@ -480,3 +480,27 @@ def test_close_while_step_pending():
     env.step_async(np.array([0, 1]))
     env.close()
     assert env.closed
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity on this platform")
+@pytest.mark.parametrize("pin_workers", [None, True, False])
+def test_pin_workers(pin_workers):
+    cpus = sorted(os.sched_getaffinity(0))
+    num_workers = len(cpus)  # with the caller, one process more than CPUs: auto pins
+    with FastVectorEnv(toy_fns(num_workers), num_workers=num_workers, pin_workers=pin_workers) as env:
+        got = [os.sched_getaffinity(p.pid) for p in env.processes]
+    if pin_workers is False:
+        assert got == [set(cpus)] * num_workers
+    else:
+        assert got == [{cpu} for cpu in cpus]
+
+
+def test_no_pinning_when_every_process_has_a_cpu():
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) < 2:
+        pytest.skip("needs 2 CPUs")
+    # One worker and the caller stepping a share itself: 2 processes on 2+ CPUs.
+    with FastVectorEnv(toy_fns(2), num_workers=2, step_in_caller=True) as env:
+        assert [os.sched_getaffinity(p.pid) for p in env.processes] == [cpus]
+    with pytest.raises(TypeError, match="pin_workers"):
+        FastVectorEnv(toy_fns(2), num_workers=1, pin_workers="yes")

@@ -269,10 +269,16 @@ def error_report(exc: BaseException, env_index: int | None, phase: str) -> tuple
 
 
 def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: int,
-                autoreset_mode: AutoresetMode, spin_s: float) -> None:
-    """Entry point of a worker process (see FastVectorEnv for the protocol)."""
+                autoreset_mode: AutoresetMode, spin_s: float, cpu: int | None = None) -> None:
+    """Entry point of a worker process (see FastVectorEnv for the protocol); ``cpu``: the
+    CPU to pin it to (None: not pinned)."""
     # Ctrl-C goes to the whole process group; the caller decides what happens.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if cpu is not None:
+        try:
+            os.sched_setaffinity(0, {cpu})
+        except (AttributeError, OSError):  # pragma: no cover - no affinity on this platform
+            pass
     parent_alive = _parent_watch(parent_pid)
     if parent_pipe is not None:
         parent_pipe.close()

@@ -69,11 +69,15 @@ _OK, _MESSAGE, _ERROR, _CALL_ERROR, _INFOS = Status.OK, Status.MESSAGE, Status.E
 _FIXED_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 
 
-def _usable_cores() -> int:
+def _usable_cpus() -> set:
     try:
-        return len(os.sched_getaffinity(0))
+        return os.sched_getaffinity(0)
     except AttributeError:  # pragma: no cover - macOS, Windows
-        return os.cpu_count() or 1
+        return set(range(os.cpu_count() or 1))
+
+
+def _usable_cores() -> int:
+    return len(_usable_cpus())
 
 
 class FastVectorEnv(VectorEnv):
@@ -138,8 +142,14 @@ class FastVectorEnv(VectorEnv):
             ``step_wait(timeout=)``. Synchronous stepping only (``batch_size ==
             num_envs``). By default no env code runs in the calling process.
         worker_spin_us / parent_spin_us: how long a waiting worker / the caller
-            spins before it blocks. Spinning answers in microseconds but takes a
-            core; blocking frees it.
+            spins at least before it blocks (both spin longer when commands come
+            that fast). Spinning answers in microseconds but takes a core; blocking
+            frees it.
+        pin_workers: pin worker w to the w-th usable CPU. Default (None): only when
+            the processes outnumber the usable CPUs (2 workers and the caller on 2
+            cores): every process is then always runnable, the scheduler has no
+            reason to move one, and a run where both workers happen to share a core
+            steps at half speed. ``False`` never pins, ``True`` always does.
 
     Raises:
         TypeError: ``env_fns`` is not a non-empty sequence of callables.
@@ -167,6 +177,7 @@ class FastVectorEnv(VectorEnv):
         step_in_caller: bool = False,
         worker_spin_us: float = 50.0,
         parent_spin_us: float = 20.0,
+        pin_workers: bool | None = None,
     ) -> None:
         self._finalizer = None
         self._processes: list = []
@@ -224,6 +235,9 @@ class FastVectorEnv(VectorEnv):
         self._local = None  # the caller's own _Worker when step_in_caller
         self._local_job = None  # (phase, method, args) the caller runs at the next wait
         self._local_step_job = None  # the step's local job, built once
+        if pin_workers is not None and not isinstance(pin_workers, bool):
+            raise TypeError(f"pin_workers must be None, True or False, got {pin_workers!r}")
+        self._pin_workers = pin_workers
         self._worker_spin_s = float(worker_spin_us) * 1e-6
         self._parent_spin_s = float(parent_spin_us) * 1e-6
         self._wait_mean = self._parent_spin_s  # how long commands took, a running mean (see _wait)
@@ -256,8 +270,17 @@ class FastVectorEnv(VectorEnv):
         self._worker_of_env_list = self._worker_of_env.tolist()
 
     # -- construction ------------------------------------------------------------------
+    def _worker_cpus(self, pin: bool | None) -> list:
+        """The CPU each worker is pinned to (None: not pinned), see ``pin_workers``."""
+        cpus = sorted(_usable_cpus())
+        processes = self.num_workers + (0 if self.step_in_caller else 1)
+        if pin is None:
+            pin = processes > len(cpus)
+        return [cpus[w % len(cpus)] if pin and cpus else None for w in range(self.num_workers)]
+
     def _start_workers(self, ctx) -> None:
         parent_pid = os.getpid()
+        cpus = self._worker_cpus(self._pin_workers)
         with clear_mpi_env_vars():
             for w in range(self.num_workers):
                 if w == 0 and self.step_in_caller:
@@ -270,7 +293,7 @@ class FastVectorEnv(VectorEnv):
                     target=worker_main,
                     name=f"Worker<FastVectorEnv>-{w}",
                     args=(w, fns, self._starts[w], child_pipe, parent_pipe, parent_pid,
-                          self.autoreset_mode, self._worker_spin_s),
+                          self.autoreset_mode, self._worker_spin_s, cpus[w]),
                     daemon=self.daemon,
                 )
                 self._pipes.append(parent_pipe)
