@@ -89,12 +89,17 @@ class FastVectorEnv(VectorEnv):
     and infos, in every autoreset mode. What differs is how it gets there:
 
     - ``num_workers`` processes (default: the usable cores), each running a
-      contiguous slice of the envs in turn, instead of one process per env;
-    - observations, actions, rewards and flags live in one shared-memory block;
-      a step writes the actions, bumps a sequence word per worker and waits on
-      the workers' done words (Cython, without the GIL: a short spin, then a
-      futex), so no pipe traffic and no pickling happens on a common step;
-    - infos travel on a worker's pipe only when one of its envs produced one.
+      contiguous slice of the envs in turn, instead of one process per env; no
+      env code runs in the calling process (unless ``step_in_caller=True``);
+    - observations, actions, rewards, flags and numeric info values live in one
+      shared-memory block (an anonymous memfd: nothing to leak, whatever kills
+      the job); a step writes the actions, bumps a sequence word per worker and
+      waits on the workers' done words (Cython, without the GIL: spinning,
+      yielding, then a futex), so no pipe traffic and no pickling happens on a
+      common step;
+    - what has no fixed-size form (Text, Graph, Sequence, OneOf or custom space
+      parts, non-numeric info values, a new info signature) travels on the
+      workers' pipes, only when there is some. See ``docs/vector.md``.
 
     Example:
         >>> import gymnasium as gym
@@ -113,10 +118,11 @@ class FastVectorEnv(VectorEnv):
         env_fns: callables that each build one env (as for AsyncVectorEnv).
         num_workers: worker processes; envs are split among them evenly, in order.
             Default: the number of usable cores, at most ``len(env_fns)``.
-        shared_memory: ``True`` puts observations in the shared buffer (any Box,
-            Discrete, MultiDiscrete, MultiBinary, Dict or Tuple of them). ``False``
-            sends observations through the workers' pipes instead: slower, but it
-            works for spaces without a fixed-size array form (Text, Graph, ...).
+        shared_memory: ``True`` puts the fixed-size parts of the observations (Box,
+            Discrete, MultiDiscrete, MultiBinary leaves, also inside Dict/Tuple) in
+            the shared buffer and sends the rest through the pipes; a custom space as
+            the whole observation space then raises ``ValueError``, as in
+            AsyncVectorEnv. ``False`` sends whole observations through the pipes.
         copy: return copies of the observations (default, safe). With ``False`` the
             observations are views into the shared buffer, overwritten by the next
             ``step``/``reset``.
@@ -135,8 +141,8 @@ class FastVectorEnv(VectorEnv):
             first worker's share of the envs itself while the worker processes step
             theirs, instead of waiting for them (so ``num_workers`` counts the
             caller, and one process fewer competes for the cores). It is faster on
-            small machines (on 2 cores: 1.0-1.3x the default on CartPole, about
-            1.05x on a 50 µs env), but an env in that share runs inside your
+            small machines (on 2 cores: 1.06-1.33x the default on CartPole, 1.02-1.04x
+            on HalfCheetah and Pong), but an env in that share runs inside your
             training process: an env that calls ``os._exit``, segfaults or is killed
             takes the trainer down with it, and a hang there cannot honour
             ``step_wait(timeout=)``. Synchronous stepping only (``batch_size ==
@@ -152,9 +158,10 @@ class FastVectorEnv(VectorEnv):
             steps at half speed. ``False`` never pins, ``True`` always does.
 
     Raises:
-        TypeError: ``env_fns`` is not a non-empty sequence of callables.
-        ValueError: bad ``num_workers``, ``observation_mode`` or a space that cannot
-            live in shared memory (pass ``shared_memory=False`` for those).
+        TypeError: ``env_fns`` is not a non-empty sequence of callables, or bad
+            ``num_workers``/``batch_size``/``pin_workers`` types.
+        ValueError: bad ``num_workers``, ``batch_size`` or ``observation_mode``, or a
+            custom observation space with ``shared_memory=True``.
         RuntimeError: the envs' spaces differ (see ``observation_mode``).
     """
 
