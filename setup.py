@@ -1,6 +1,8 @@
-"""Build the Cython kernels in src/fastvec/_ext.
+"""Build fastvec's Cython modules.
 
-Every ``src/fastvec/_ext/*.pyx`` becomes one extension module. Flags are portable
+Every ``src/fastvec/**/*.pyx`` becomes one extension module, named after its path
+(``src/fastvec/vector/_sync.pyx`` -> ``fastvec.vector._sync``): each kernel sits beside
+the Python module that uses it. Flags are portable
 (-O3, no -march=native) so that wheels run on any x86-64/aarch64 machine; set
 FASTVEC_NATIVE=1 to add -march=native for a local build. The fast CartPole
 kernel picks AVX2/AVX-512 variants at run time (GCC/Clang on x86); set
@@ -30,16 +32,21 @@ define_macros = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
 if os.environ.get("FASTVEC_NO_DISPATCH") == "1":
     define_macros.append(("FV_NO_DISPATCH", "1"))
 
+def _module_name(path: str) -> str:
+    """``src/fastvec/vector/_sync.pyx`` -> ``fastvec.vector._sync``."""
+    return os.path.splitext(os.path.relpath(path, "src"))[0].replace(os.sep, ".")
+
+
 extensions = [
     Extension(
-        "fastvec._ext." + os.path.splitext(os.path.basename(path))[0],
+        _module_name(path),
         [path],
         include_dirs=[np.get_include()],
         define_macros=define_macros,
         extra_compile_args=compile_args,
         extra_link_args=link_args,
     )
-    for path in sorted(glob.glob(os.path.join("src", "fastvec", "_ext", "*.pyx")))
+    for path in sorted(glob.glob(os.path.join("src", "fastvec", "**", "*.pyx"), recursive=True))
 ]
 
 setup(

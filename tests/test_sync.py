@@ -1,4 +1,4 @@
-"""The Cython flag/copy primitives of fastvec/_ext/_sync.pyx against plain NumPy / Python."""
+"""The Cython flag/copy primitives of fastvec/vector/_sync.pyx against plain NumPy / Python."""
 from __future__ import annotations
 
 import threading
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastvec._ext import _sync
+from fastvec.vector import _sync
 
 DTYPES = [np.float32, np.float64, np.uint8, np.int64, np.bool_, np.int8]
 

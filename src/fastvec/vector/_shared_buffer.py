@@ -28,7 +28,7 @@ from multiprocessing import reduction
 import numpy as np
 
 from fastvec.spaces import Layout
-from fastvec.vector._protocol import ROW_WORDS
+from fastvec.vector._protocol import Word
 
 _ALIGN = 64
 
@@ -63,7 +63,7 @@ def plan(num_envs: int, num_workers: int, obs_layout: Layout | None, act_layout:
         sections.append(section)
         offset += -(-max(section.nbytes, 1) // _ALIGN) * _ALIGN
 
-    add("ctrl", (num_workers + 1, ROW_WORDS), np.uint32)  # + the shared row
+    add("ctrl", (num_workers + 1, Word.ROW_WORDS), np.uint32)  # + the shared row
     if obs_layout is not None:
         for k, leaf in enumerate(obs_layout.leaves):
             if not leaf.is_object:

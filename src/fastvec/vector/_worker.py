@@ -23,12 +23,12 @@ from typing import Any, Callable
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from fastvec._ext import _env_loop, _sync
-from fastvec._ext._env_loop import EnvLoop
+from fastvec.vector import _sync
+from fastvec.vector._env_loop import EnvLoop
 from fastvec.spaces import Layout
 from fastvec.vector import _protocol
 from fastvec.vector._infos import InfoWriter
-from fastvec.vector._protocol import LIVENESS_INTERVAL, RECOVERABLE, Command, Status
+from fastvec.vector._protocol import AUTORESET_CODES, LIVENESS_INTERVAL, RECOVERABLE, Command, Status
 from fastvec.vector._shared_buffer import SharedBuffer, receive
 
 # Names `call` must not reach: they have their own commands (as in AsyncVectorEnv).
@@ -37,11 +37,6 @@ RESERVED_CALLS = ("reset", "step", "close", "_setattr", "_check_spaces")
 # step path reads these once per step.
 _OK, _MESSAGE, _INFOS = Status.OK, Status.MESSAGE, Status.INFOS
 _STEP, _STEP_PIPE = Command.STEP, Command.STEP_PIPE
-_LOOP_MODES = {
-    AutoresetMode.NEXT_STEP: _env_loop.NEXT_STEP,
-    AutoresetMode.SAME_STEP: _env_loop.SAME_STEP,
-    AutoresetMode.DISABLED: _env_loop.DISABLED,
-}
 # Object-leaf values of these types are sent again only when they change (a MiniGrid
 # mission string stays the same for a whole episode); they cannot change in place.
 _IMMUTABLE = (str, bytes, int, float, bool, type(None))
@@ -81,7 +76,7 @@ class _Worker:
         # (single-leaf observations are copied into the slab by the loop itself)
         leaf_obs = (self.obs_slabs[0] if obs_layout is not None and obs_layout.is_leaf
                     and not obs_layout.has_objects else None)
-        self._loop = EnvLoop(envs, first, _LOOP_MODES[autoreset_mode], self.rewards, self.terminations,
+        self._loop = EnvLoop(envs, first, AUTORESET_CODES[autoreset_mode], self.rewards, self.terminations,
                              self.truncations, self.last_obs, self.autoreset, self.infos.kernel, leaf_obs)
 
     # -- commands -----------------------------------------------------------------

@@ -26,7 +26,7 @@ from gymnasium.vector.utils import (
     iterate,
 )
 
-from fastvec._ext import _sync
+from fastvec.vector import _sync
 from fastvec.errors import (
     AlreadyPendingCallError,
     ClosedEnvironmentError,

@@ -5,7 +5,7 @@ The parent and each worker talk through a row of uint32 words in shared
 memory (one 64-byte row per worker, so two workers never share a cache line):
 
     CMD_SEQ   parent bumps it to hand the worker a new command
-    CMD       which command (see fastvec/vector/_protocol.py)
+    CMD       which command (fastvec/vector/_protocol.pxd defines the words)
     DONE_SEQ  worker sets it to CMD_SEQ once the command's results are written
     STATUS    what the worker left beside the results (ok, infos on the pipe, error)
     WORKER_SLEEPING / PARENT_SLEEPING  set by a waiter before it blocks, so the
@@ -30,7 +30,9 @@ from libc.string cimport memcpy
 
 cimport numpy as cnp
 
-from fastvec._ext._rows cimport copy_row, fits_row, row_bytes
+from fastvec.vector._protocol cimport (ANY_DONE, ANY_SLEEPING, CMD, CMD_SEQ, DONE_SEQ, PARENT_SLEEPING,
+                                       ROW_WORDS, STATUS, WORKER_SLEEPING)
+from fastvec.vector._rows cimport copy_row, fits_row, row_bytes
 
 cnp.import_array()
 
@@ -105,40 +107,9 @@ cdef extern from * nogil:
     void fv_wake(uint32_t *p)
     void fv_yield()
 
-# Word indices inside a control row (kept in sync with _protocol.py).
-cdef enum:
-    CMD_SEQ = 0
-    CMD = 1
-    DONE_SEQ = 2
-    STATUS = 3
-    WORKER_SLEEPING = 4
-    PARENT_SLEEPING = 5
-    # words of the last (global) row
-    ANY_DONE = 0
-    ANY_SLEEPING = 1
-
-cdef extern from "<time.h>" nogil:
-    ctypedef long time_t
-    cdef struct timespec:
-        time_t tv_sec
-        long tv_nsec
-    int nanosleep(const timespec *req, timespec *rem)
-
-
-cdef inline void _nap(double seconds) noexcept nogil:
-    cdef timespec ts
-    ts.tv_sec = <time_t>seconds
-    ts.tv_nsec = <long>((seconds - <double>ts.tv_sec) * 1e9)
-    nanosleep(&ts, NULL)
-
 # A wait spins this long before it starts yielding the core between checks: an
 # answer within it costs no system call.
 cdef double PURE_SPIN_S = 2e-6
-
-cdef enum:
-    ROW_WORDS_C = 16  # words per control row (ROW_WORDS in _protocol.py)
-
-ROW_WORDS = ROW_WORDS_C
 
 
 cdef inline bint _wait_equal(uint32_t *word, uint32_t target, uint32_t *sleeping,
@@ -184,16 +155,16 @@ cdef inline void _publish(uint32_t *word, uint32_t value, uint32_t *sleeping) no
 # worker masks as plain ndarrays and check them with a few C comparisons, since
 # acquiring a typed memoryview costs more (0.3-0.5 µs each) than their work.
 cdef inline uint32_t *_row(uint32_t *ctrl, Py_ssize_t w) noexcept nogil:
-    return ctrl + w * ROW_WORDS_C
+    return ctrl + w * <int>ROW_WORDS
 
 
 cdef uint32_t *_ctrl_of(cnp.ndarray ctrl, Py_ssize_t *workers) except NULL:
     """The control block's words, after checking it is a C-contiguous uint32 [workers + 1, ROW_WORDS]."""
     if (cnp.PyArray_TYPE(ctrl) != cnp.NPY_UINT32 or cnp.PyArray_NDIM(ctrl) != 2
-            or cnp.PyArray_DIMS(ctrl)[1] != ROW_WORDS_C or cnp.PyArray_DIMS(ctrl)[0] < 1
+            or cnp.PyArray_DIMS(ctrl)[1] != <int>ROW_WORDS or cnp.PyArray_DIMS(ctrl)[0] < 1
             or not cnp.PyArray_IS_C_CONTIGUOUS(ctrl) or not cnp.PyArray_ISWRITEABLE(ctrl)):
         raise ValueError(f"ctrl must be a writeable C-contiguous uint32 array of shape (workers + 1, "
-                         f"{ROW_WORDS_C}), got {ctrl.dtype} {(<object>ctrl).shape}")
+                         f"{ROW_WORDS}), got {ctrl.dtype} {(<object>ctrl).shape}")
     workers[0] = cnp.PyArray_DIMS(ctrl)[0] - 1
     return <uint32_t *>cnp.PyArray_DATA(ctrl)
 
@@ -218,7 +189,7 @@ cdef inline uint32_t *_worker_row(cnp.ndarray ctrl, Py_ssize_t worker, uint32_t 
 
 
 cdef inline bint _is_done(uint32_t *row) noexcept nogil:
-    return fv_load(&row[DONE_SEQ]) == fv_load(&row[CMD_SEQ])
+    return fv_load(&row[<int>DONE_SEQ]) == fv_load(&row[<int>CMD_SEQ])
 
 
 cdef int _wait_all_done(uint32_t *ctrl, const uint8_t *active, Py_ssize_t workers,
@@ -227,8 +198,8 @@ cdef int _wait_all_done(uint32_t *ctrl, const uint8_t *active, Py_ssize_t worker
     cdef uint32_t *row
     for w in range(workers):
         row = _row(ctrl, w)
-        if active[w] and not _wait_equal(&row[DONE_SEQ], fv_load(&row[CMD_SEQ]),
-                                         &row[PARENT_SLEEPING], spin_s, deadline):
+        if active[w] and not _wait_equal(&row[<int>DONE_SEQ], fv_load(&row[<int>CMD_SEQ]),
+                                         &row[<int>PARENT_SLEEPING], spin_s, deadline):
             return <int>w
     return -1
 
@@ -260,8 +231,8 @@ cdef int _wait_any_done(uint32_t *ctrl, const uint8_t *pending, Py_ssize_t worke
     scan has bumped it, so the futex (which sleeps only while the counter still
     holds that value) cannot miss it.
     """
-    cdef uint32_t *counter = &_row(ctrl, workers)[ANY_DONE]
-    cdef uint32_t *sleeping = &_row(ctrl, workers)[ANY_SLEEPING]
+    cdef uint32_t *counter = &_row(ctrl, workers)[<int>ANY_DONE]
+    cdef uint32_t *sleeping = &_row(ctrl, workers)[<int>ANY_SLEEPING]
     cdef double start = fv_now(), now
     cdef uint32_t seen
     cdef int w, i
@@ -353,7 +324,7 @@ def status_bits(cnp.ndarray ctrl not None, cnp.ndarray mask not None):
     cdef uint32_t bits = 0, status
     for w in range(workers):
         if active[w]:
-            status = fv_load(&_row(base, w)[STATUS])
+            status = fv_load(&_row(base, w)[<int>STATUS])
             bits |= (<uint32_t>1) << (status if status < 31 else 31)
     return bits
 
@@ -365,10 +336,10 @@ def send_command(cnp.ndarray ctrl not None, Py_ssize_t worker, uint32_t command)
     if not _is_done(row):
         raise RuntimeError(f"worker {worker} is still busy with its previous command")
     # Never blocks (at most one wake-up syscall), so the GIL stays held.
-    seq = fv_load(&row[CMD_SEQ]) + 1
-    fv_store(&row[CMD], command)
-    fv_store(&row[STATUS], 0)
-    _publish(&row[CMD_SEQ], seq, &row[WORKER_SLEEPING])
+    seq = fv_load(&row[<int>CMD_SEQ]) + 1
+    fv_store(&row[<int>CMD], command)
+    fv_store(&row[<int>STATUS], 0)
+    _publish(&row[<int>CMD_SEQ], seq, &row[<int>WORKER_SLEEPING])
     return seq
 
 
@@ -389,30 +360,30 @@ def wait_command(cnp.ndarray ctrl not None, Py_ssize_t worker, uint32_t last_seq
     cdef bint got = False
     # Wait for CMD_SEQ to leave last_seq: same as waiting for last_seq + 1,
     # since the parent never issues a command before the previous one is done.
-    if fv_load(&row[CMD_SEQ]) == last_seq + 1:
+    if fv_load(&row[<int>CMD_SEQ]) == last_seq + 1:
         got = True
     else:
         with nogil:
-            got = _wait_equal(&row[CMD_SEQ], last_seq + 1, &row[WORKER_SLEEPING], spin_s, deadline)
+            got = _wait_equal(&row[<int>CMD_SEQ], last_seq + 1, &row[<int>WORKER_SLEEPING], spin_s, deadline)
     if not got:
         return None
-    return last_seq + 1, fv_load(&row[CMD])
+    return last_seq + 1, fv_load(&row[<int>CMD])
 
 
 def finish_command(cnp.ndarray ctrl not None, Py_ssize_t worker, uint32_t seq, uint32_t status):
     """Worker side: publish ``status`` and mark command ``seq`` done (results are in the buffer)."""
     cdef uint32_t *shared
     cdef uint32_t *row = _worker_row(ctrl, worker, &shared)
-    fv_store(&row[STATUS], status)
-    _publish(&row[DONE_SEQ], seq, &row[PARENT_SLEEPING])
-    fv_increment(&shared[ANY_DONE])
-    if fv_load(&shared[ANY_SLEEPING]):
-        fv_wake(&shared[ANY_DONE])
+    fv_store(&row[<int>STATUS], status)
+    _publish(&row[<int>DONE_SEQ], seq, &row[<int>PARENT_SLEEPING])
+    fv_increment(&shared[<int>ANY_DONE])
+    if fv_load(&shared[<int>ANY_SLEEPING]):
+        fv_wake(&shared[<int>ANY_DONE])
 
 
 def status(cnp.ndarray ctrl not None, Py_ssize_t worker):
     """The status word ``worker`` left with its last finished command."""
-    return fv_load(&_worker_row(ctrl, worker)[STATUS])
+    return fv_load(&_worker_row(ctrl, worker)[<int>STATUS])
 
 
 

@@ -19,16 +19,11 @@ from cpython.float cimport PyFloat_AS_DOUBLE
 
 from cpython.dict cimport PyDict_CheckExact, PyDict_Size
 
-from fastvec._ext._infos cimport Writer
-from fastvec._ext._rows cimport copy_row, fits_row, row_bytes
+from fastvec.vector._info_rows cimport Writer
+from fastvec.vector._protocol cimport DISABLED, NEXT_STEP, SAME_STEP
+from fastvec.vector._rows cimport copy_row, fits_row, row_bytes
 
 cnp.import_array()
-
-# Autoreset modes, as fastvec.vector._worker passes them.
-NEXT_STEP = 0
-SAME_STEP = 1
-DISABLED = 2
-
 
 cdef inline int _store_reward(double *out, cnp.ndarray arr, Py_ssize_t j, object reward) except -1:
     if type(reward) is float:

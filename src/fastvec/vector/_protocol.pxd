@@ -1,0 +1,40 @@
+# The words the caller and the workers agree on, defined once: the Cython modules
+# (_sync, _env_loop) cimport them, Python reads them from fastvec.vector._protocol.
+
+cpdef enum Word:
+    # Word indices in a worker's control row (64 bytes: no two workers share a cache line).
+    CMD_SEQ = 0          # the caller bumps it to hand the worker a new command
+    CMD = 1              # which command (Command)
+    DONE_SEQ = 2         # the worker sets it to CMD_SEQ once the command's results are written
+    STATUS = 3           # what the worker left beside the results (Status)
+    WORKER_SLEEPING = 4  # set by a waiter before it blocks, so that the other side only pays
+    PARENT_SLEEPING = 5  # for a wake-up system call when someone sleeps
+    ROW_WORDS = 16       # words per row
+
+
+cpdef enum SharedWord:
+    # Words of the last control row, shared by all workers.
+    ANY_DONE = 0         # counts finished commands (the caller can block until *some* worker is done)
+    ANY_SLEEPING = 1     # the caller sleeps on ANY_DONE
+
+
+cpdef enum Command:
+    STEP = 1             # actions are in the buffer; no pipe message
+    PIPE = 2             # a (name, payload) message waits on the pipe
+    CLOSE = 3            # close the envs and exit
+    STEP_PIPE = 4        # step with the per-env actions waiting on the pipe (what has no place in the buffer)
+
+
+cpdef enum Status:
+    OK = 0               # results are in the buffer, nothing on the pipe, no env produced an info
+    MESSAGE = 1          # a reply (info signatures or values, call results, observations) follows on the pipe
+    ERROR = 2            # an error report follows on the pipe; the worker has stopped
+    CALL_ERROR = 3       # call/get_attr/set_attr raised: a report follows; the worker serves on
+    INFOS = 4            # results and info values are in the buffer, nothing on the pipe
+
+
+cpdef enum Autoreset:
+    # Gymnasium's AutoresetMode, as the compiled env loop takes it.
+    NEXT_STEP = 0
+    SAME_STEP = 1
+    DISABLED = 2

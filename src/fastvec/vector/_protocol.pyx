@@ -1,0 +1,37 @@
+"""Words the caller and the workers agree on: control-row layout, commands, statuses,
+autoreset codes (``cpdef enum``s in ``_protocol.pxd``, one source for Cython and Python),
+and the pipe's message encoding.
+
+The hot path (step) moves no Python objects: the caller writes actions into the shared
+buffer and bumps a worker's CMD_SEQ; the worker writes results (info values included) and
+sets DONE_SEQ. Everything else (reset seeds and options, call/get_attr/set_attr, new info
+signatures, values without a fixed-size form, errors) travels on the worker's pipe,
+announced by the STATUS word.
+"""
+from multiprocessing.reduction import ForkingPickler
+
+from gymnasium.vector import AutoresetMode
+
+# Commands whose errors leave the envs as they were, so the vector env stays usable.
+RECOVERABLE = ("call", "setattr")
+
+# Seconds a waiter blocks before it checks that the other side still lives.
+LIVENESS_INTERVAL = 0.1
+
+#: Gymnasium's autoreset modes as the compiled env loop takes them.
+AUTORESET_CODES = {
+    AutoresetMode.NEXT_STEP: Autoreset.NEXT_STEP,
+    AutoresetMode.SAME_STEP: Autoreset.SAME_STEP,
+    AutoresetMode.DISABLED: Autoreset.DISABLED,
+}
+
+
+def send(conn, obj) -> None:
+    """``conn.send(obj)`` with pickle protocol 5 (``conn.recv()`` reads it as usual).
+
+    Under the default protocol 4, NumPy pickles an array of non-native byte order
+    (``>f4``) so that it comes back native (``float32``): a big-endian observation in
+    an info, or on the pipe with ``shared_memory=False``, would not be what
+    SyncVectorEnv returns. Protocol 5 keeps the dtype.
+    """
+    conn.send_bytes(ForkingPickler.dumps(obj, 5))
