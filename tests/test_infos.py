@@ -164,8 +164,8 @@ def test_steps_without_infos_send_nothing():
     with FastVectorEnv(fns, num_workers=2) as env:
         env.reset(seed=0)
         calls = []
-        original = env._infos.build
-        env._infos.build = lambda *args: calls.append(args) or original(*args)
+        original = env._staging.infos.build
+        env._staging.infos.build = lambda *args: calls.append(args) or original(*args)
         for _ in range(5):
             assert env.step(np.zeros(4, np.int64))[4] == {}
         assert calls == []

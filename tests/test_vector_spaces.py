@@ -118,7 +118,7 @@ def test_minigrid_works_by_default():
     ref = SyncVectorEnv(fns)
     with FastVectorEnv(fns, num_workers=2) as env:  # shared_memory=True, the default
         # image and direction in shared memory, the mission string on the pipes
-        layout = env._obs_layout
+        layout = env._staging.obs_layout
         assert [leaf.path for leaf in layout.leaves if leaf.is_object] == [("mission",)]
         assert_same(ref.reset(seed=0), env.reset(seed=0), "reset")
         rng = np.random.default_rng(0)

@@ -1,46 +1,29 @@
-"""FastVectorEnv: Python envs in worker processes over one shared-memory buffer."""
+"""FastVectorEnv: Python envs in worker processes over one shared-memory block.
+
+This module is the Gymnasium-facing API and its state machine; the processes and the
+hand-offs with them live in :mod:`fastvec.vector._pool`, what crosses the shared block each
+step (actions in; observations, rewards, flags, infos out) in :mod:`fastvec.vector._staging`.
+"""
 from __future__ import annotations
 
 import multiprocessing
-import os
-import pickle
-import signal
-import time
-import weakref
-from copy import deepcopy
 from enum import Enum
 from typing import Any, Callable, Sequence
 
 import numpy as np
 from gymnasium import Env, Space, logger
-from gymnasium import spaces
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.utils import (
-    CloudpickleWrapper,
-    batch_differing_spaces,
-    batch_space,
-    clear_mpi_env_vars,
-    concatenate,
-    create_empty_array,
-    iterate,
-)
+from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
-from fastvec.vector import _sync
 from fastvec.errors import (
     AlreadyPendingCallError,
     ClosedEnvironmentError,
     NoAsyncCallError,
-    RemoteTraceback,
-    WorkerDiedError,
-    WorkerError,
 )
-from fastvec.spaces import Layout
-from fastvec.vector import _protocol, _shared_buffer
 from fastvec.vector._arguments import seeds_per_env, split_reset_options
-from fastvec.vector._infos import InfoAssembler, row_bytes_for
-from fastvec.vector._protocol import LIVENESS_INTERVAL, RECOVERABLE, Command, Status
-from fastvec.vector._worker import _Worker, worker_main
+from fastvec.vector._pool import WorkerPool, usable_cpus
+from fastvec.vector._staging import Staging, layouts
 
 __all__ = ["FastVectorEnv"]
 
@@ -53,31 +36,12 @@ class _State(Enum):
 
 
 # Module aliases of the enum members the per-step path reads: on Python 3.11
-# every ``SomeEnum.MEMBER`` lookup (and hashing a member) costs ~0.2 µs, about
-# 1 % of a 50 µs env's step over a dozen lookups per vector step.
+# every ``SomeEnum.MEMBER`` lookup (and hashing a member) costs ~0.2 µs.
 _DEFAULT, _WAITING_RESET, _WAITING_STEP = _State.DEFAULT, _State.WAITING_RESET, _State.WAITING_STEP
-_STEP = Command.STEP
-_STEP_PIPE = Command.STEP_PIPE
-# The longest the caller spins (yielding) for the last worker before it blocks (see _wait).
-MAX_TAIL_SPIN_S = 1e-3
-# _sync.status_bits of finished commands that left nothing on the pipes: OK, INFOS.
-_INFOS_BIT = 1 << Status.INFOS
-_QUIET_BITS = (1 << Status.OK) | _INFOS_BIT
-_OK, _MESSAGE, _ERROR, _CALL_ERROR, _INFOS = Status.OK, Status.MESSAGE, Status.ERROR, Status.CALL_ERROR, Status.INFOS
-
-
-_FIXED_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
-
-
-def _usable_cpus() -> set:
-    try:
-        return os.sched_getaffinity(0)
-    except AttributeError:  # pragma: no cover - macOS, Windows
-        return set(range(os.cpu_count() or 1))
 
 
 def _usable_cores() -> int:
-    return len(_usable_cpus())
+    return len(usable_cpus())
 
 
 class FastVectorEnv(VectorEnv):
@@ -167,7 +131,7 @@ class FastVectorEnv(VectorEnv):
 
     # Until __init__ has run: Gymnasium < 1.3's VectorEnv.__del__ closes an env whose
     # constructor raised (a bad keyword, say), and there is nothing to close then.
-    closed = True
+    _pool = None
 
     def __init__(
         self,
@@ -186,11 +150,6 @@ class FastVectorEnv(VectorEnv):
         parent_spin_us: float = 20.0,
         pin_workers: bool | None = None,
     ) -> None:
-        self._finalizer = None
-        self._processes: list = []
-        self._pipes: list = []
-        self._buffer = None
-        self.closed = False
         try:
             env_fns = list(env_fns)
         except TypeError:
@@ -239,120 +198,39 @@ class FastVectorEnv(VectorEnv):
         if step_in_caller and self.batch_size < self.num_envs:
             raise ValueError("step_in_caller=True needs synchronous stepping (batch_size == num_envs)")
         self.step_in_caller = bool(step_in_caller)
-        self._local = None  # the caller's own _Worker when step_in_caller
-        self._local_job = None  # (phase, method, args) the caller runs at the next wait
-        self._local_step_job = None  # the step's local job, built once
         if pin_workers is not None and not isinstance(pin_workers, bool):
             raise TypeError(f"pin_workers must be None, True or False, got {pin_workers!r}")
-        self._pin_workers = pin_workers
-        self._worker_spin_s = float(worker_spin_us) * 1e-6
-        self._parent_spin_s = float(parent_spin_us) * 1e-6
-        self._wait_mean = self._parent_spin_s  # how long commands took, a running mean (see _wait)
-        base, extra = divmod(self.num_envs, self.num_workers)
-        sizes = [base + (w < extra) for w in range(self.num_workers)]
-        self._starts = [sum(sizes[:w]) for w in range(self.num_workers)]
-        self._stops = [s + n for s, n in zip(self._starts, sizes)]
 
-        ctx = multiprocessing.get_context(context)
+        self._pool = WorkerPool(self, env_fns, self.num_workers, autoreset_mode=self.autoreset_mode,
+                                step_in_caller=self.step_in_caller, context=context, daemon=daemon,
+                                worker_spin_s=float(worker_spin_us) * 1e-6,
+                                parent_spin_s=float(parent_spin_us) * 1e-6, pin_workers=pin_workers)
         try:
-            self._start_workers(ctx)
-            self._handshake()
+            self._set_spaces(self._pool.hellos())
+            obs_layout, act_layout, sections, size = layouts(
+                self.single_observation_space, self.single_action_space, self.num_envs, self.num_workers,
+                self.shared_memory)
+            buffer = self._pool.attach(sections, size, obs_layout, act_layout)
+            self._staging = self._pool.views = Staging(buffer, obs_layout, act_layout, self.single_observation_space,
+                                                       self.action_space, self._pool.starts,
+                                                       self._pool.worker_of_env, self.copy)
         except BaseException:
-            self._shutdown(terminate=True)
+            self._pool.shutdown(terminate=True)
             raise
+        self._starts, self._stops = self._pool.starts, self._pool.stops
         self._state = _State.DEFAULT
         self._pending: np.ndarray = np.zeros(self.num_workers, dtype=np.uint8)
         self._all_workers = np.ones(self.num_workers, dtype=np.uint8)
-        self._all_workers_list = list(range(self.num_workers))
-        self._remote_list = list(self._remote_workers())
-        self._remote_mask = np.zeros(self.num_workers, dtype=np.uint8)
-        self._remote_mask[self._remote_list] = 1
         self._autoreset_envs = np.zeros(self.num_envs, dtype=np.bool_)
         # send/recv bookkeeping: workers with a command out, and workers handed back by recv.
         self._inflight = np.zeros(self.num_workers, dtype=np.uint8)
         self._async_used = False  # set by send/async_reset; spares step() a check
         self._ready = np.ones(self.num_workers, dtype=np.uint8)
         self._next_worker = 0  # where recv's round-robin scan starts
-        self._worker_of_env = np.repeat(np.arange(self.num_workers), np.diff([0, *self._stops]))
-        self._worker_of_env_list = self._worker_of_env.tolist()
+        self._worker_of_env_list = self._pool.worker_of_env.tolist()
 
-    # -- construction ------------------------------------------------------------------
-    def _worker_cpus(self, pin: bool | None) -> list:
-        """The CPU each worker is pinned to (None: not pinned), see ``pin_workers``."""
-        cpus = sorted(_usable_cpus())
-        processes = self.num_workers + (0 if self.step_in_caller else 1)
-        if pin is None:
-            pin = processes > len(cpus)
-        return [cpus[w % len(cpus)] if pin and cpus else None for w in range(self.num_workers)]
-
-    def _start_workers(self, ctx) -> None:
-        parent_pid = os.getpid()
-        cpus = self._worker_cpus(self._pin_workers)
-        with clear_mpi_env_vars():
-            for w in range(self.num_workers):
-                if w == 0 and self.step_in_caller:
-                    self._pipes.append(None)
-                    self._processes.append(None)
-                    continue
-                parent_pipe, child_pipe = ctx.Pipe()
-                fns = [CloudpickleWrapper(fn) for fn in self.env_fns[self._starts[w]:self._stops[w]]]
-                process = ctx.Process(
-                    target=worker_main,
-                    name=f"Worker<FastVectorEnv>-{w}",
-                    args=(w, fns, self._starts[w], child_pipe, parent_pipe, parent_pid,
-                          self.autoreset_mode, self._worker_spin_s, cpus[w]),
-                    daemon=self.daemon,
-                )
-                self._pipes.append(parent_pipe)
-                self._processes.append(process)
-                try:
-                    process.start()
-                except (pickle.PicklingError, TypeError, AttributeError) as exc:
-                    raise TypeError(
-                        f"could not send the env constructors of envs {self._starts[w]}..{self._stops[w] - 1} "
-                        f"to a worker process started with {ctx.get_start_method()!r}: {exc}. "
-                        "Constructors must be picklable (cloudpickle handles lambdas and closures) "
-                        "unless the start method is 'fork'."
-                    ) from exc
-                finally:
-                    child_pipe.close()
-        self._finalizer = weakref.finalize(self, _finalize, self._processes, self._pipes, [None])
-
-    def _recv(self, w: int, timeout: float | None = None):
-        """Receive from worker w's pipe, raising if the worker dies or the timeout passes."""
-        pipe = self._pipes[w]
-        deadline = None if timeout is None else time.perf_counter() + timeout
-        while not pipe.poll(LIVENESS_INTERVAL):
-            self._check_alive(w)
-            if deadline is not None and time.perf_counter() > deadline:
-                raise multiprocessing.TimeoutError(f"worker {w} did not answer within {timeout} s")
-        try:
-            return pipe.recv()
-        except (EOFError, ConnectionResetError, OSError):
-            self._check_alive(w, wait=1.0)
-            raise WorkerDiedError(f"worker {w} (envs {self._env_range(w)}) closed its pipe unexpectedly", w)
-
-    def _handshake(self) -> None:
-        hellos = []
-        local_envs = []
-        if self.step_in_caller:
-            for k, env_fn in enumerate(self.env_fns[self._starts[0]:self._stops[0]]):
-                try:
-                    local_envs.append(env_fn())
-                except BaseException as exc:
-                    _annotate(exc, k, f"raised by env {k}'s constructor in the calling process.")
-                    for env in local_envs:
-                        env.close()
-                    raise
-            first = local_envs[0]
-            hellos.append(("spaces", [(e.observation_space, e.action_space) for e in local_envs],
-                           dict(first.metadata), first.render_mode))
-            self._local_envs = local_envs
-        for w in self._remote_workers():
-            message = self._recv(w)
-            if message[0] == "error":
-                self._raise_remote(w, message)
-            hellos.append(message)
+    def _set_spaces(self, hellos: list[tuple]) -> None:
+        """Spaces, metadata and render mode from the envs' hellos; their spaces must agree."""
         spaces = [pair for hello in hellos for pair in hello[1]]
         first_obs_space, first_act_space = spaces[0]
         self.metadata = dict(hellos[0][2])
@@ -392,110 +270,32 @@ class FastVectorEnv(VectorEnv):
                     "environments must be equal."
                 )
 
-        self._act_layout = Layout(self.single_action_space, objects=True)
-        if self.shared_memory:
-            self._obs_layout = _shared_observation_layout(self.single_observation_space)
-            self._obs_objects = [[None] * self.num_envs for leaf in self._obs_layout.leaves if leaf.is_object]
-            obs_bytes = sum(leaf.nbytes for leaf in self._obs_layout.leaves if not leaf.is_object)
-        else:
-            self._obs_layout = None
-            self._obs_out = create_empty_array(self.single_observation_space, n=self.num_envs, fn=np.zeros)
-            self._env_obs: list[Any] = [None] * self.num_envs
-            obs_bytes = 0
-        sections, size = _shared_buffer.plan(self.num_envs, self.num_workers, self._obs_layout, self._act_layout,
-                                             row_bytes_for(obs_bytes))
-        self._buffer = _shared_buffer.SharedBuffer(sections, size)
-        self._finalizer.detach()
-        self._finalizer = weakref.finalize(self, _finalize, self._processes, self._pipes, [self._buffer])
-        for w in self._remote_workers():
-            _protocol.send(self._pipes[w], ("attach", sections, size, self._obs_layout, self._act_layout))
-            self._buffer.send(self._pipes[w], self._processes[w].pid)
-        for w in self._remote_workers():
-            message = self._recv(w)
-            if message[0] == "error":
-                self._raise_remote(w, message)
-        self._buffer.release_fd()  # every worker has mapped it: from now on only mappings keep it
-        self._ctrl = self._buffer["ctrl"]
-        self._act_slabs = self._buffer.leaves("act", self._act_layout)
-        self._rewards = self._buffer["rewards"]
-        self._terminations = self._buffer["terminations"]
-        self._truncations = self._buffer["truncations"]
-        self._obs_single = None
-        if self._obs_layout is not None:
-            self._obs_slabs = self._buffer.leaves("obs", self._obs_layout)
-            if self._obs_layout.is_leaf and not self._obs_layout.has_objects:
-                self._obs_single = self._obs_slabs[0]
-        worker_of_env = np.repeat(np.arange(self.num_workers), np.diff([0, *self._stops]))
-        self._infos = InfoAssembler(self._buffer["info_ids"], self._buffer["info_rows"], worker_of_env, self._starts)
-        self._all_env_rows = np.arange(self.num_envs, dtype=np.int64)
-        self._act_dtypes = self._buffer["act_dtypes"]
-        self._act_codes_everywhere: tuple | None = None  # the dtype codes every worker has, if one set
-        self._act_codes: tuple = ()  # the dtype codes of the actions last written
-        # One Cython call writes the common action batch (one leaf, an ndarray of its shape).
-        self._act_single = self._act_slabs[0] if self._act_layout.is_leaf and not self._act_layout.has_objects else None
-        self._act_single_shape = self._act_layout.leaves[0].shape
-        if self.step_in_caller:
-            self._local = _Worker(0, self._local_envs, 0, self.autoreset_mode, self._buffer,
-                                  self._obs_layout, self._act_layout)
-            self._local_step_job = ("step", self._local.step, ())
-            self._finalizer.detach()
-            self._finalizer = weakref.finalize(self, _finalize, self._processes, self._pipes, [self._buffer],
-                                               envs=self._local_envs)
+    @property
+    def closed(self) -> bool:
+        """Whether the vector env is closed (by :meth:`close`, or by a worker's fault)."""
+        return self._pool is None or self._pool.closed
 
-    def _remote_workers(self) -> range:
-        """Indices of the workers that are processes (all but 0 when the caller steps)."""
-        return range(1 if self.step_in_caller else 0, self.num_workers)
-
-    def _dispatch(self, w: int, name: str, payload: tuple) -> None:
-        """Hand worker ``w`` a pipe command (the caller's own share runs at the next wait)."""
-        if w == 0 and self._local is not None:
-            method = {"reset": self._local.reset, "call": self._local.call, "setattr": self._local.set_attr}[name]
-            self._local_job = (name, method, payload)
-            return
-        _protocol.send(self._pipes[w], (name, payload))
-        _sync.send_command(self._ctrl, w, Command.PIPE)
-
-    def _start_steps(self, workers, per_env: list | None, env_ids=None) -> None:
-        """Tell ``workers`` to step: the actions are in the slabs (``per_env`` None, their dtype
-        codes in ``_act_codes``) or, one per env, in ``per_env`` for the pipes (row k for env
-        ``env_ids[k]``; default: env k). The caller's own share, if any, runs at the next wait."""
-        ctrl = self._ctrl
-        if per_env is None:
-            self._publish_action_dtypes(workers)
-            for w in workers:
-                if w == 0 and self._local is not None:
-                    self._local_job = self._local_step_job
-                else:
-                    _sync.send_command(ctrl, w, _STEP)
-            return
-        position = None if env_ids is None else {e: k for k, e in enumerate(np.asarray(env_ids).tolist())}
-        for w in workers:
-            if position is None:
-                chunk = per_env[self._starts[w]:self._stops[w]]
-            else:
-                chunk = [per_env[position[e]] for e in range(self._starts[w], self._stops[w])]
-            if w == 0 and self._local is not None:
-                self._local_job = ("step", self._local.step, (chunk,))
-            else:
-                _protocol.send(self._pipes[w], chunk)
-                _sync.send_command(ctrl, w, _STEP_PIPE)
-
-    def _publish_action_dtypes(self, workers) -> None:
-        """Name the dtype of each action leaf in the rows of ``workers`` (when it changed)."""
-        codes = self._act_codes
-        if len(workers) == self.num_workers:
-            if codes == self._act_codes_everywhere:
-                return
-            self._act_dtypes[:, : len(codes)] = codes
-            self._act_codes_everywhere = codes
-        else:
-            self._act_dtypes[np.asarray(workers, dtype=np.intp), : len(codes)] = codes
-            self._act_codes_everywhere = None
+    @closed.setter
+    def closed(self, value: bool) -> None:
+        if self._pool is not None:
+            self._pool.closed = bool(value)
 
     @property
     def processes(self) -> list:
         """The worker processes (the caller's own share, if any, has none)."""
-        return [p for p in self._processes if p is not None]
+        return self._pool.processes if self._pool is not None else []
+
+    def _assert_is_running(self) -> None:
+        if self.closed:
+            raise ClosedEnvironmentError(f"Trying to operate on `{type(self).__name__}`, after a call to `close()`.")
+
+    def _assert_no_pending_call(self, what: str, period: bool = True) -> None:
+        if self._state is not _DEFAULT:
+            raise AlreadyPendingCallError(
+                f"Calling `{what}` while waiting for a pending call to `{self._state.value}` to complete"
+                + ("." if period else ""),
+                str(self._state.value),
+            )
 
     # -- the step -----------------------------------------------------------------------
     def step(self, actions):
@@ -506,11 +306,7 @@ class FastVectorEnv(VectorEnv):
     def step_async(self, actions) -> None:
         """Send the actions to the workers and return at once (AsyncVectorEnv API)."""
         self._assert_is_running()
-        if self._state is not _DEFAULT:
-            raise AlreadyPendingCallError(
-                f"Calling `step_async` while waiting for a pending call to `{self._state.value}` to complete.",
-                str(self._state.value),
-            )
+        self._assert_no_pending_call("step_async")
         if self.batch_size < self.num_envs:
             raise RuntimeError(
                 f"this FastVectorEnv has batch_size={self.batch_size} < num_envs={self.num_envs}: "
@@ -524,72 +320,28 @@ class FastVectorEnv(VectorEnv):
                 f"envs {envs} terminated or truncated and autoreset_mode=DISABLED: reset them with "
                 "`reset(options={'reset_mask': mask})` before stepping again"
             )
-        self._start_steps(self._all_workers_list, self._write_actions(actions))
-        self._pending = self._remote_mask
+        self._start_steps(self._pool.all_workers, self._staging.write_actions(actions))
+        self._pending = self._pool.remote_mask
         self._state = _WAITING_STEP
 
     def step_wait(self, timeout: float | None = None):
         """Wait for the step sent by :meth:`step_async`; ``TimeoutError`` after ``timeout`` seconds."""
         infos = self._collect(_WAITING_STEP, "step_wait", timeout)
+        staging = self._staging
         if self._autoreset_disabled:
-            np.logical_or(self._terminations, self._truncations, out=self._autoreset_envs)
+            np.logical_or(staging.terminations, staging.truncations, out=self._autoreset_envs)
         return (
-            self._observations(),
-            self._rewards.copy(),
-            self._terminations.copy(),
-            self._truncations.copy(),
+            staging.observations(),
+            staging.rewards.copy(),
+            staging.terminations.copy(),
+            staging.truncations.copy(),
             infos,
         )
 
-    def _write_actions(self, actions, rows: slice | np.ndarray | None = None) -> list | None:
-        """Write ``actions`` for the envs ``rows`` (default: all; a slice or an index array).
-
-        Each ndarray leaf goes into its shared slab in the dtype it came in (its dtype codes
-        into ``_act_codes``), so every env gets what SyncVectorEnv would hand it; then None is
-        returned. Anything else (lists, another shape per env, object leaves such as Text, a
-        dtype of more than 8 bytes) is returned as the per-env actions Gymnasium's ``iterate``
-        gives, for the pipes. As in Gymnasium, values are not checked against the space (an
-        out-of-range Discrete action reaches the env); a batch of the wrong size raises a
-        ``ValueError``, a scalar a ``TypeError``.
-        """
-        if rows is None:
-            count, first = self.num_envs, 0
-        elif isinstance(rows, slice):
-            count, first = rows.stop - rows.start, rows.start
-        else:
-            count, first = len(rows), None
-        if self._act_single is not None and first is not None:
-            code = _sync.write_action_rows(actions, self._act_single, first, count, self._act_single_shape)
-            if code:
-                self._act_codes = (code,)
-                return None
-        layout = self._act_layout
-        if not layout.has_objects:
-            try:
-                values = (actions,) if layout.is_leaf else layout.split(actions)
-            except (KeyError, IndexError, TypeError):
-                values = None  # iterate() below raises what Gymnasium raises
-            if values is not None and all(_fits_slab(v, count, leaf) for leaf, v in zip(layout.leaves, values)):
-                codes = []
-                for slab, value in zip(self._act_slabs, values):
-                    raw = np.ascontiguousarray(value).reshape(count, -1).view(np.uint8)
-                    target = slab[first:first + count] if first is not None else slab
-                    if first is None:
-                        target[rows, : raw.shape[1]] = raw
-                    else:
-                        target[:, : raw.shape[1]] = raw
-                    codes.append(ord(value.dtype.char))
-                self._act_codes = tuple(codes)
-                return None
-        try:
-            per_env = list(iterate(self.action_space, actions))
-        except (TypeError, KeyError, IndexError) as exc:
-            raise type(exc)(f"actions must be a batch of {count} actions for {self.single_action_space}; "
-                            f"iterating over {type(actions).__name__} failed: {exc}") from None
-        if len(per_env) != count:
-            raise ValueError(f"{len(per_env)} actions for {count} envs (single action space "
-                             f"{self.single_action_space})")
-        return per_env
+    def _start_steps(self, workers, per_env: list | None, env_ids=None) -> None:
+        if per_env is None:
+            self._staging.publish_action_dtypes(workers)
+        self._pool.start_steps(workers, per_env, env_ids)
 
     def _collect(self, expected: _State, caller: str, timeout: float | None) -> dict[str, Any]:
         """Finish the pending ``expected`` call (step or reset) for ``caller`` (its name, for
@@ -597,219 +349,9 @@ class FastVectorEnv(VectorEnv):
         self._assert_is_running()
         if self._state is not expected:
             raise NoAsyncCallError(f"Calling `{caller}` without any prior call to `{expected.value}_async`.", expected.value)
-        replies = self._wait(timeout, caller)
+        replies, infos_seen = self._pool.wait(self._pending, timeout, caller)
         self._state = _DEFAULT
-        return self._take_replies(replies, self._all_env_rows)
-
-    def _take_replies(self, replies, env_rows: np.ndarray) -> dict[str, Any]:
-        """Keep the pipe-borne observation parts of the replies; return the vector infos of
-        the envs ``env_rows`` (one output row each)."""
-        any_info = self._infos_seen
-        for w, (observations, infos, has_infos) in replies:
-            if observations is not None:
-                if observations[0] == "all":
-                    self._env_obs[self._starts[w]:self._stops[w]] = observations[1]
-                else:
-                    for env, position, value in observations:
-                        self._obs_objects[position][env] = value
-            if infos is not None:
-                self._infos.receive(w, infos)
-            any_info = any_info or has_infos
-        if not any_info:
-            return {}
-        return self._infos.build(env_rows, len(env_rows))
-
-    def _observations(self):
-        if self._obs_single is not None:  # the common case: one fixed-size leaf
-            return self._obs_single.copy() if self.copy else self._obs_single
-        if self._obs_layout is None:
-            self._obs_out = concatenate(self.single_observation_space, self._env_obs, self._obs_out)
-            return deepcopy(self._obs_out) if self.copy else self._obs_out
-        return self._observation_rows(slice(None))
-
-    def _observation_rows(self, rows: slice | np.ndarray):
-        """The observations of the envs ``rows`` (a slice: copies unless ``copy=False``)."""
-        if self._obs_layout is None:
-            items = [self._env_obs[i] for i in np.arange(self.num_envs)[rows]]
-            out = create_empty_array(self.single_observation_space, n=len(items), fn=np.zeros)
-            return concatenate(self.single_observation_space, items, out)
-        view = isinstance(rows, slice) and not self.copy
-        leaves = []
-        objects = iter(self._obs_objects)
-        for slab in self._obs_slabs:
-            if slab is None:
-                values = next(objects)
-                leaves.append(tuple(values[rows] if isinstance(rows, slice) else [values[i] for i in rows.tolist()]))
-            else:
-                leaves.append(slab[rows] if view or not isinstance(rows, slice) else slab[rows].copy())
-        return leaves[0] if self._obs_layout.is_leaf else self._obs_layout.join(leaves)
-
-    # -- waiting and errors ---------------------------------------------------------------
-    def _wait(self, timeout: float | None, caller: str) -> list:
-        """Wait for the pending workers; return [(worker, reply)] for those that sent one.
-
-        Also sets ``_infos_seen``: whether some env of the command left info values in the
-        buffer. A worker that failed is reported as AsyncVectorEnv reports it (one
-        ``logger.error`` pair per failed worker) and its exception re-raised.
-        """
-        deadline = None if timeout is None else time.perf_counter() + timeout
-        pending = self._pending
-        replies = []
-        call_errors = []
-        self._infos_seen = False
-        try:
-            status, reply = self._run_local_job()
-            if status == _MESSAGE:
-                replies.append((0, reply))
-            elif status == _INFOS:
-                self._infos_seen = True
-        except _RecoverableError as exc:
-            call_errors.append((0, exc.error))  # raised once the workers have answered too
-        # (the step's mask, _remote_mask, never holds the caller's own worker 0)
-        if self._local is not None and pending is not self._remote_mask and pending[0]:
-            pending = pending.copy()
-            pending[0] = 0
-        # How the caller waits. Until a first worker is done every core is busy with one, so
-        # it blocks after a short spin. From then on a core is free (that worker's, or the
-        # caller's own once it has stepped its share itself), so it spins, yielding, for
-        # about half as long as recent commands took: the last answer is then seen at once
-        # instead of through a wake-up from a blocked wait, which costs tens of
-        # microseconds on a virtual machine, a sizeable part of a step of a few hundred.
-        expected = self._wait_mean
-        tail = min(max(self._parent_spin_s, 0.5 * expected), MAX_TAIL_SPIN_S)
-        spin = tail if self._local is not None else self._parent_spin_s
-        started = time.perf_counter()
-        while True:
-            chunk = LIVENESS_INTERVAL
-            if deadline is not None:
-                chunk = max(0.0, min(chunk, deadline - time.perf_counter()))
-            busy = _sync.wait_all_done(self._ctrl, pending, spin, chunk, tail)
-            if busy < 0:
-                self._wait_mean = expected + 0.125 * (min(time.perf_counter() - started, 4 * MAX_TAIL_SPIN_S) - expected)
-                break
-            for w in np.flatnonzero(pending):
-                if not _sync.is_done(self._ctrl, w):
-                    self._check_alive(int(w))
-            if deadline is not None and time.perf_counter() >= deadline:
-                # The call stays pending: wait for it again, or close() (which waits, then terminates).
-                raise multiprocessing.TimeoutError(
-                    f"The call to `{caller}` has timed out after {timeout} second(s); it is still pending."
-                )
-        bits = _sync.status_bits(self._ctrl, pending)
-        if bits & ~_QUIET_BITS:  # something to read: a reply, an error
-            self._read_statuses(self._remote_list if pending is self._remote_mask else np.flatnonzero(pending).tolist(),
-                                replies, call_errors)
-        elif bits & _INFOS_BIT:
-            self._infos_seen = True
-        if call_errors:
-            w, error = call_errors[0]
-            if isinstance(error, BaseException):
-                raise error
-            self._raise_remote(w, error, close=False)
-        return replies
-
-    def _read_statuses(self, workers, replies: list, call_errors: list) -> None:
-        """Read what each finished worker left: its pipe reply goes to ``replies``, a
-        call/set_attr error to ``call_errors``, info values set ``_infos_seen``; fatal errors
-        are raised (all of them logged first)."""
-        errors = []
-        ctrl = self._ctrl
-        for w in workers:
-            status = _sync.status(ctrl, w)
-            if status == _OK:  # the common case: nothing on the pipe
-                continue
-            if status == _INFOS:
-                self._infos_seen = True
-                continue
-            message = self._recv(w)
-            if status == _MESSAGE:
-                replies.append((w, message))
-            elif status == _CALL_ERROR:
-                call_errors.append((w, message))
-            else:
-                errors.append((w, message))
-        if errors:
-            self._raise_remote_errors(errors)
-
-    def _raise_remote_errors(self, errors: list) -> None:
-        """Log each failed worker's error as AsyncVectorEnv does, then re-raise the last one
-        (closing the vector env)."""
-        for w, report in errors:
-            env_index = report[1] if report[1] is not None else self._starts[w]
-            logger.error(f"Received the following error from Worker-{env_index} - Shutting it down")
-            logger.error(f"{report[5]}")
-        logger.error("Raising the last exception back to the main process.")
-        self._raise_remote(*errors[-1])
-
-    def _run_local_job(self) -> tuple[int | None, Any]:
-        """Run the caller's own share of the pending command; its (status, reply)."""
-        if self._local_job is None:
-            return None, None
-        phase, method, args = self._local_job
-        self._local_job = None
-        try:
-            return method(*args)
-        except Exception as exc:
-            if phase in RECOVERABLE:
-                _annotate(exc, self._local.current_env,
-                          f"raised by env {self._local.current_env} in the calling process during {phase}.")
-                raise _RecoverableError(exc) from None
-            self._fail_local(exc, phase)
-        except BaseException as exc:
-            self._fail_local(exc, phase)
-
-    def _fail_local(self, exc: BaseException, phase: str) -> None:
-        env_index = self._local.current_env
-        self._shutdown(terminate=True)
-        _annotate(exc, env_index, f"raised by env {env_index} in the calling process during {phase}; "
-                  "the vector env is closed.")
-        raise exc
-
-    def _env_range(self, w: int) -> str:
-        return f"{self._starts[w]}..{self._stops[w] - 1}"
-
-    def _check_alive(self, w: int, wait: float = 0.0) -> None:
-        process = self._processes[w]
-        if process is None:
-            return
-        if wait:
-            process.join(wait)
-        code = process.exitcode
-        if code is None:
-            return
-        if code < 0:
-            try:
-                how = f"was killed by signal {signal.Signals(-code).name}"
-            except ValueError:
-                how = f"was killed by signal {-code}"
-        else:
-            how = f"exited with code {code}"
-        self._shutdown(terminate=True)
-        raise WorkerDiedError(
-            f"FastVectorEnv worker {w} (envs {self._env_range(w)}) {how}; the vector env is closed.", w
-        )
-
-    def _raise_remote(self, w: int, report: tuple, close: bool = True) -> None:
-        """Re-raise a worker's exception in the caller (closing everything first, unless ``close=False``)."""
-        _, env_index, phase, type_name, text, trace, payload = report
-        if close:
-            self._shutdown(terminate=True)
-        where = f"env {env_index}" if env_index is not None else f"worker {w} (envs {self._env_range(w)})"
-        note = f"raised by {where} in FastVectorEnv worker {w} during {phase}" + ("; the vector env is closed." if close else ".")
-        exc = None
-        if payload is not None:
-            try:
-                exc = pickle.loads(payload)
-            except Exception:
-                exc = None
-        if not isinstance(exc, BaseException):
-            raise WorkerError(f"{type_name}: {text}\n({note})\n\nWorker traceback:\n{trace}", w, env_index)
-        _annotate(exc, env_index, note)
-        raise exc from RemoteTraceback(trace)
-
-    def _assert_is_running(self) -> None:
-        if self.closed:
-            raise ClosedEnvironmentError(f"Trying to operate on `{type(self).__name__}`, after a call to `close()`.")
+        return self._staging.take_replies(replies, self._staging.all_env_rows, infos_seen)
 
     # -- reset ------------------------------------------------------------------------------
     def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None):
@@ -820,11 +362,7 @@ class FastVectorEnv(VectorEnv):
     def reset_async(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
         """Send a reset to the workers and return at once (AsyncVectorEnv API)."""
         self._assert_is_running()
-        if self._state is not _State.DEFAULT:
-            raise AlreadyPendingCallError(
-                f"Calling `reset_async` while waiting for a pending call to `{self._state.value}` to complete",
-                str(self._state.value),
-            )
+        self._assert_no_pending_call("reset_async", period=False)
         seeds = seeds_per_env(seed, self.num_envs)
         options, mask = split_reset_options(options, self.num_envs)
         self._drain()
@@ -833,9 +371,9 @@ class FastVectorEnv(VectorEnv):
             rows = slice(self._starts[w], self._stops[w])
             worker_mask = None if mask is None else mask[rows].tolist()
             if worker_mask is not None and not any(worker_mask):
-                self._infos.ids[rows] = 0  # (an idle worker: its envs add no info to this reset)
+                self._staging.clear_infos(rows)
                 continue
-            self._dispatch(w, "reset", (seeds[rows], options, worker_mask))
+            self._pool.dispatch(w, "reset", (seeds[rows], options, worker_mask))
             pending[w] = 1
         if mask is None:
             self._autoreset_envs[:] = False
@@ -847,7 +385,7 @@ class FastVectorEnv(VectorEnv):
     def reset_wait(self, timeout: float | None = None):
         """Wait for the reset sent by :meth:`reset_async`; returns (obs, infos)."""
         infos = self._collect(_WAITING_RESET, "reset_wait", timeout)
-        return self._observations(), infos
+        return self._staging.observations(), infos
 
     # -- async: send / recv ------------------------------------------------------------
     def async_reset(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
@@ -866,11 +404,7 @@ class FastVectorEnv(VectorEnv):
         stepping: in practice, the ``env_id`` of one or more earlier ``recv`` results.
         """
         self._assert_is_running()
-        if self._state is not _State.DEFAULT:
-            raise AlreadyPendingCallError(
-                f"Calling `send` while waiting for a pending call to `{self._state.value}` to complete.",
-                str(self._state.value),
-            )
+        self._assert_no_pending_call("send")
         if env_ids is None:
             workers = np.flatnonzero(self._ready)
             env_ids = np.concatenate([np.arange(self._starts[w], self._stops[w]) for w in workers]) if len(workers) else np.zeros(0, np.int64)
@@ -878,7 +412,7 @@ class FastVectorEnv(VectorEnv):
         busy = [w for w in workers if self._inflight[w]]
         if busy:
             raise ValueError(f"envs of workers {busy} are still stepping: recv() them before sending them new actions")
-        per_env = self._write_actions(actions, rows=rows)
+        per_env = self._staging.write_actions(actions, rows=rows)
         self._start_steps(workers, per_env, None if per_env is None else np.arange(self.num_envs)[rows])
         for w in workers:
             self._inflight[w] = 1
@@ -902,7 +436,7 @@ class FastVectorEnv(VectorEnv):
                 return list(range(w0, w1 + 1)), slice(first, last + 1)
         if min(ids) < 0 or max(ids) >= self.num_envs or len(set(ids)) != len(ids):
             raise ValueError(f"env_ids must be distinct env indices in [0, {self.num_envs}), got {ids}")
-        workers = np.unique(self._worker_of_env[env_ids])
+        workers = np.unique(self._pool.worker_of_env[env_ids])
         sizes = sum(self._stops[w] - self._starts[w] for w in workers)
         if sizes != len(env_ids):
             raise ValueError(
@@ -921,53 +455,26 @@ class FastVectorEnv(VectorEnv):
         self._assert_is_running()
         if not self._inflight.any():
             raise NoAsyncCallError("Calling `recv` with nothing sent: call `send` or `async_reset` first.", "recv")
-        deadline = None if timeout is None else time.perf_counter() + timeout
         want = min(self.batch_size, sum(self._stops[w] - self._starts[w] for w in np.flatnonzero(self._inflight)))
-        got: list[int] = []
-        count = 0
-        pending = self._inflight.copy()
-        replies: list = []
-        self._infos_seen = False
-        if self._local is not None and pending[0]:
-            # The caller's own share runs now, synchronously: it is the first one ready.
-            status, reply = self._run_local_job()
-            if status == _MESSAGE:
-                replies.append((0, reply))
-            self._infos_seen = status == _INFOS
-            pending[0] = 0
-            got.append(0)
-            count += self._stops[0] - self._starts[0]
-        while count < want:
-            chunk = LIVENESS_INTERVAL if deadline is None else max(0.0, min(LIVENESS_INTERVAL, deadline - time.perf_counter()))
-            w = _sync.wait_any_done(self._ctrl, pending, self._next_worker, self._parent_spin_s, chunk)
-            if w < 0:
-                for v in np.flatnonzero(pending).tolist():
-                    self._check_alive(v)
-                if deadline is not None and time.perf_counter() >= deadline:
-                    raise multiprocessing.TimeoutError(f"The call to `recv` has timed out after {timeout} second(s).")
-                continue
-            pending[w] = 0
-            self._next_worker = w + 1
-            got.append(w)
-            count += self._stops[w] - self._starts[w]
-        got.sort()
+        got, replies, infos_seen = self._pool.wait_some(self._inflight, want, self._next_worker, timeout)
+        self._next_worker = got[-1] + 1 if got else self._next_worker
         for w in got:
             self._inflight[w] = 0
             self._ready[w] = 1
-        self._read_statuses([w for w in got if not (w == 0 and self._local is not None)], replies, [])
         contiguous = len(got) == got[-1] - got[0] + 1
         if contiguous:
             env_ids = np.arange(self._starts[got[0]], self._stops[got[-1]])
         else:
             env_ids = np.concatenate([np.arange(self._starts[w], self._stops[w]) for w in got])
-        infos = self._take_replies(replies, env_ids)
+        staging = self._staging
+        infos = staging.take_replies(replies, env_ids, infos_seen)
         infos["env_id"] = env_ids
         rows = slice(self._starts[got[0]], self._stops[got[-1]]) if contiguous else env_ids
         return (
-            self._observation_rows(rows),
-            self._rewards[rows].copy() if contiguous else self._rewards[rows],
-            self._terminations[rows].copy() if contiguous else self._terminations[rows],
-            self._truncations[rows].copy() if contiguous else self._truncations[rows],
+            staging.observation_rows(rows),
+            staging.rewards[rows].copy() if contiguous else staging.rewards[rows],
+            staging.terminations[rows].copy() if contiguous else staging.terminations[rows],
+            staging.truncations[rows].copy() if contiguous else staging.truncations[rows],
             infos,
         )
 
@@ -975,9 +482,7 @@ class FastVectorEnv(VectorEnv):
         """Wait out send/recv commands still in flight (their results are dropped)."""
         if not self._inflight.any():
             return
-        self._pending = self._inflight.copy()
-        for w, message in self._wait(None, "recv"):
-            pass
+        self._pool.wait(self._inflight.copy(), None, "recv")
         self._inflight[:] = 0
         self._ready[:] = 1
 
@@ -990,13 +495,9 @@ class FastVectorEnv(VectorEnv):
     def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
         """Start :meth:`call` without waiting for it (AsyncVectorEnv API)."""
         self._assert_is_running()
-        if self._state is not _State.DEFAULT:
-            raise AlreadyPendingCallError(
-                f"Calling `call_async` while waiting for a pending call to `{self._state.value}` to complete.",
-                str(self._state.value),
-            )
+        self._assert_no_pending_call("call_async")
         for w in range(self.num_workers):
-            self._dispatch(w, "call", (name, args, kwargs))
+            self._pool.dispatch(w, "call", (name, args, kwargs))
         self._pending = self._all_workers
         self._state = _State.WAITING_CALL
 
@@ -1006,7 +507,7 @@ class FastVectorEnv(VectorEnv):
         if self._state is not _State.WAITING_CALL:
             raise NoAsyncCallError("Calling `call_wait` without any prior call to `call_async`.", _State.WAITING_CALL.value)
         try:
-            replies = self._wait(timeout, "call_wait")
+            replies, _ = self._pool.wait(self._pending, timeout, "call_wait")
         except multiprocessing.TimeoutError:
             raise
         except BaseException:
@@ -1029,15 +530,11 @@ class FastVectorEnv(VectorEnv):
                 "Values must be a list or tuple with length equal to the number of environments. "
                 f"Got `{len(values)}` values for {self.num_envs} environments."
             )
-        if self._state is not _State.DEFAULT:
-            raise AlreadyPendingCallError(
-                f"Calling `set_attr` while waiting for a pending call to `{self._state.value}` to complete.",
-                str(self._state.value),
-            )
+        self._assert_no_pending_call("set_attr")
         for w in range(self.num_workers):
-            self._dispatch(w, "setattr", (name, list(values[self._starts[w]:self._stops[w]])))
+            self._pool.dispatch(w, "setattr", (name, list(values[self._starts[w]:self._stops[w]])))
         self._pending = self._all_workers
-        self._wait(None, "set_attr")
+        self._pool.wait(self._pending, None, "set_attr")
 
     def render(self) -> tuple[Any, ...] | None:
         """Render every env (``render_mode`` set at construction); one frame per env."""
@@ -1062,37 +559,17 @@ class FastVectorEnv(VectorEnv):
                 they are terminated (default: 5 s for the exit).
             terminate: end the workers at once, without letting them close their envs.
         """
-        if getattr(self, "_state", _State.DEFAULT) is not _State.DEFAULT and self._buffer is not None:
+        if self._pool is None:
+            return
+        if getattr(self, "_state", _DEFAULT) is not _DEFAULT:
             logger.warn(f"Calling `close` while waiting for a pending call to `{self._state.value}` to complete.")
-            if not terminate:
+            if not terminate and not self._pool.closed:
                 try:
-                    self._wait(5.0 if timeout is None else timeout, "close")
+                    self._pool.wait(self._pending, 5.0 if timeout is None else timeout, "close")
                 except Exception:
                     terminate = True
-            self._state = _State.DEFAULT
-        self._shutdown(terminate=terminate, timeout=5.0 if timeout is None else timeout)
-
-    def _shutdown(self, terminate: bool = False, timeout: float = 5.0) -> None:
-        if self._buffer is not None and not terminate:
-            ctrl = self._buffer["ctrl"] if self._buffer.views else None
-            if ctrl is not None:
-                for w, process in enumerate(self._processes):
-                    if process is not None and process.is_alive() and _sync.is_done(ctrl, w):
-                        _sync.send_command(ctrl, w, Command.CLOSE)
-        self._local_job = self._local_step_job = None
-        self._local = None
-        # Drop every view of the shared block: its mapping goes with the last one (a
-        # copy=False observation the user still holds keeps it).
-        self._ctrl = self._rewards = self._terminations = self._truncations = self._act_single = None
-        self._act_dtypes = None
-        self._act_slabs = self._obs_slabs = self._obs_single = self._infos = None
-        _finalize(self._processes, self._pipes, [self._buffer], timeout=0.0 if terminate else timeout,
-                  envs=getattr(self, "_local_envs", ()))
-        self._local_envs = ()
-        if self._finalizer is not None:
-            self._finalizer.detach()
-        self._buffer = None
-        self.closed = True
+            self._state = _DEFAULT
+        self._pool.shutdown(terminate=terminate, timeout=5.0 if timeout is None else timeout)
 
     def __enter__(self) -> "FastVectorEnv":
         return self
@@ -1104,94 +581,3 @@ class FastVectorEnv(VectorEnv):
         if self.spec is None:
             return f"FastVectorEnv(num_envs={self.num_envs}, num_workers={getattr(self, 'num_workers', '?')})"
         return f"FastVectorEnv({self.spec.id}, num_envs={self.num_envs}, num_workers={self.num_workers})"
-
-
-def _finalize(processes, pipes, buffers, timeout: float = 0.0, envs=()) -> None:
-    """End the workers (politely for ``timeout`` seconds, then by force) and unmap the buffer.
-
-    Also the garbage-collection / interpreter-exit path, so it holds no reference to the env.
-    ``envs``: the envs the caller stepped itself, closed here.
-    """
-    for env in envs:
-        try:
-            env.close()
-        except Exception:
-            pass
-    processes = [p for p in processes if p is not None]
-    deadline = time.monotonic() + timeout
-    for process in processes:
-        if process._popen is None:  # never started
-            continue
-        remaining = deadline - time.monotonic()
-        if remaining > 0:
-            process.join(remaining)
-        if process.is_alive():
-            process.terminate()
-    for process in processes:
-        if process._popen is None:
-            continue
-        process.join(1.0)
-        if process.is_alive():
-            process.kill()
-            process.join(1.0)
-    for pipe in pipes:
-        if pipe is None:
-            continue
-        try:
-            pipe.close()
-        except OSError:
-            pass
-    for buffer in buffers:
-        if buffer is not None:
-            buffer.close()
-
-
-def _annotate(exc: BaseException, env_index: int | None, note: str) -> None:
-    """Name the env (and where it ran) on an exception about to reach the caller."""
-    if hasattr(exc, "add_note"):
-        exc.add_note(note)
-    try:
-        exc.env_index = env_index
-    except AttributeError:  # pragma: no cover - exceptions with __slots__
-        pass
-
-
-class _RecoverableError(Exception):
-    """Carries an exception from the caller's own share of a call/set_attr until the workers answer."""
-
-    def __init__(self, error: BaseException):
-        super().__init__(str(error))
-        self.error = error
-
-
-def _path(path: tuple) -> str:
-    return "".join(f"[{key!r}]" for key in path)
-
-
-def _fits_slab(value, count: int, leaf) -> bool:
-    """Whether an action leaf's batch can go into its slab as it is: an ndarray of
-    ``count`` rows of the leaf's shape, of a numeric dtype of at most 8 bytes."""
-    return (isinstance(value, np.ndarray) and value.shape == (count, *leaf.shape)
-            and value.dtype.kind in "biuf" and value.dtype.itemsize <= 8 and value.dtype.isnative)
-
-
-# Gymnasium's own spaces without a fixed-size array form: their values travel on the pipes.
-_PIPED_SPACES = (spaces.Text, spaces.Graph, spaces.Sequence, spaces.OneOf)
-
-
-def _shared_observation_layout(space: Space) -> Layout:
-    """The observation layout with ``shared_memory=True``: fixed-size leaves in shared
-    memory, the rest (Text, Graph, Sequence, OneOf, custom spaces inside a Dict/Tuple) on
-    the pipes.
-
-    A custom space as the whole observation space leaves nothing to share: that raises
-    the ``ValueError`` AsyncVectorEnv raises (pass ``shared_memory=False``).
-    """
-    if not isinstance(space, (spaces.Dict, spaces.Tuple, *_PIPED_SPACES, *_FIXED_SPACES)):
-        raise ValueError(
-            f"Using `shared_memory=True` with the custom observation space {space!r} (a "
-            f"{type(space).__name__}, not one of Gymnasium's spaces) leaves nothing to share: set "
-            "`shared_memory=False` to send its observations through pipes (custom spaces inside a "
-            "Dict or Tuple work either way)."
-        )
-    return Layout(space, objects=True)
