@@ -4,7 +4,7 @@ Every function takes the buffers the way CleanRL and Stable-Baselines3 store
 them: row ``t`` is one step of a vector env with ``N`` sub-envs, so ``rewards``,
 ``values`` and the done flags are ``[T, N]`` arrays and the bootstrap values of
 the observation after the last step are ``[N]`` arrays. The work is done by a
-Cython kernel (``fastvec._ext._gae``) that walks the rows backwards and runs
+Cython kernel (``fastvec._gae``) that walks the rows backwards and runs
 across the ``N`` envs of a row with SIMD, reading each input once and writing
 each output once.
 
@@ -46,9 +46,9 @@ from __future__ import annotations
 
 from typing import Any, Optional, Tuple
 
-from fastvec._ext._gae import gae_next_done as _gae_next_done
-from fastvec._ext._gae import gae_terminated_truncated as _gae_tt
-from fastvec._ext._gae import vtrace as _vtrace
+from fastvec._gae import gae_next_done as _gae_next_done
+from fastvec._gae import gae_terminated_truncated as _gae_tt
+from fastvec._gae import vtrace as _vtrace
 
 __all__ = ["gae", "gae_sb3", "gae_terminated_truncated", "vtrace"]
 

@@ -1,7 +1,7 @@
 """Segment trees and prioritized experience replay.
 
 ``SumTree``/``MinTree`` are float64 segment trees with batched updates and a
-batched prefix-sum search (Cython kernels in ``fastvec._ext._segment_tree``);
+batched prefix-sum search (Cython kernels in ``fastvec.replay._segment_tree``);
 ``PrioritizedReplayBuffer`` stores transitions in preallocated NumPy arrays
 and samples them by priority with importance weights.
 """

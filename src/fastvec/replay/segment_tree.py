@@ -5,7 +5,7 @@ from typing import Any
 
 import numpy as np
 
-from fastvec._ext import _segment_tree as _kernels
+from fastvec.replay import _segment_tree as _kernels
 from fastvec.replay._validate import as_capacity, as_float64, as_indices
 
 __all__ = ["SegmentTree"]
@@ -68,7 +68,7 @@ class SegmentTree:
     (padded to a multiple of 8 with the operation's identity, 0 or +inf, so
     any capacity works); above them the tree's levels, top-down in one array
     ``_heap`` (the root at ``_heap[0]``), every group of 8 siblings one cache
-    line. See ``fastvec/_ext/_segment_tree.pyx`` for the layout and the kernels.
+    line. See ``fastvec/replay/_segment_tree.pyx`` for the layout and the kernels.
     """
 
     _is_min: bool = False

@@ -5,7 +5,7 @@ from typing import Any
 
 import numpy as np
 
-from fastvec._ext import _segment_tree as _kernels
+from fastvec.replay import _segment_tree as _kernels
 from fastvec.replay._validate import as_capacity, as_float64
 from fastvec.replay.segment_tree import SegmentTree
 

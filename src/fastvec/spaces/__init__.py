@@ -18,7 +18,7 @@ Example:
 
 The same Layout flattens batches (what a vector env returns: a leading batch axis on every
 leaf) into ``[B, layout.flat_dim]`` rows equal to ``gymnasium.spaces.flatten`` per sample,
-and back, through the Cython kernels of ``fastvec._ext._flatten``:
+and back, through the Cython kernels of ``fastvec.spaces._flatten``:
 
     >>> from fastvec.spaces import flatten, unflatten
     >>> batch = {"id": np.array([3, 0]), "pos": np.zeros((2, 3), np.float32)}
@@ -262,7 +262,7 @@ def _precasts(leaf_dtype: np.dtype, chain: tuple, target: np.dtype) -> tuple:
 
 _KERNEL_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
-# Leaf kinds of fastvec._ext._flatten.LeafPlan.
+# Leaf kinds of fastvec.spaces._flatten.LeafPlan.
 _COPY, _ONEHOT, _MULTI_ONEHOT, _NONZERO, _PYTHON = range(5)
 
 
@@ -338,7 +338,7 @@ class _LeafStep:
 
     def __init__(self, leaf: Leaf, offset: int, precast: tuple, flat_dtype: np.dtype,
                  direction: str):
-        from fastvec._ext._flatten import LeafPlan
+        from fastvec.spaces._flatten import LeafPlan
 
         self.leaf = leaf
         self.precast = precast
@@ -420,7 +420,7 @@ class _Plan:
                  "scalars")
 
     def __init__(self, layout: "Layout", dtype: np.dtype, direction: str):
-        from fastvec._ext import _flatten
+        from fastvec.spaces import _flatten
 
         self.run = _flatten.flatten_into if direction == "in" else _flatten.unflatten_into
         self.steps = []
