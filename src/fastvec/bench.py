@@ -1,6 +1,6 @@
 """``python -m fastvec.bench``: side-by-side tables against the references.
 
-Each section lives in ``fastvec/_bench/<name>.py`` and exposes
+Each section lives in ``fastvec/_bench/<name>.py`` (``async``: ``send_recv.py``) and exposes
 ``run(quick: bool) -> None``, printing its own table through :func:`print_table`.
 Every figure is measured in this one run, next to its reference, so the ratio
 columns are what to quote (absolute times drift on shared machines).
@@ -29,6 +29,10 @@ SECTIONS = {
     "torch": "Device-resident TorchCartPole",
     "real": "MuJoCo and Atari Pong on every vector backend vs the cores' limit (the `real` extra)",
 }
+
+
+# Sections whose module has another name ("async" is a keyword: no module can be imported as it).
+_MODULES = {"async": "send_recv"}
 
 
 def median_time(fn: Callable[[], object], repeats: int = 7, number: int = 1, warmup: int = 1) -> float:
@@ -101,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> None:
           f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M')}")
     for name in names:
         try:
-            module = importlib.import_module(f"fastvec._bench.{name}")
+            module = importlib.import_module(f"fastvec._bench.{_MODULES.get(name, name)}")
         except ModuleNotFoundError as exc:
             # A section whose optional dependency (torch, sb3) is missing is skipped, loudly.
             print(f"\n### {SECTIONS[name]}\n\nskipped: {exc}")
