@@ -7,8 +7,6 @@ rounding. SB3 and the CleanRL torch loop are compared on the same data.
 """
 from __future__ import annotations
 
-import doctest
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -586,12 +584,3 @@ def test_vtrace_errors():
         fastvec.vtrace(r, v, d, nv, nd, gamma=0.9, log_rhos=r, rhos=r)
     with pytest.raises(ValueError, match=r"log_rhos must have shape \[T, N\]"):
         fastvec.vtrace(r, v, d, nv, nd, gamma=0.9, log_rhos=r[:4])
-
-
-# ----------------------------------------------------------------------------
-# Documentation
-# ----------------------------------------------------------------------------
-
-def test_docstring_examples_run():
-    result = doctest.testmod(fastvec.advantages, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted >= 4 and result.failed == 0

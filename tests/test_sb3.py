@@ -837,12 +837,3 @@ def test_ppo_rl_zoo_cartpole_solves(backend: str) -> None:
     eval_env.close()
     assert train_mean >= 475, (train_mean, model.num_timesteps)
     assert mean >= 475, (mean, std, model.num_timesteps)
-
-
-def test_docstring_examples() -> None:
-    import doctest
-
-    import fastvec.integrations.sb3 as module
-
-    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 0 and result.failed == 0, result

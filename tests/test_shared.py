@@ -504,12 +504,3 @@ def test_no_pinning_when_every_process_has_a_cpu():
         assert [os.sched_getaffinity(p.pid) for p in env.processes] == [cpus]
     with pytest.raises(TypeError, match="pin_workers"):
         FastVectorEnv(toy_fns(2), num_workers=1, pin_workers="yes")
-
-
-def test_docstring_examples_run():
-    import doctest
-
-    import fastvec.vector.shared
-
-    result = doctest.testmod(fastvec.vector.shared, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 0 and result.failed == 0

@@ -426,15 +426,6 @@ def test_non_literal_dict_keys_fall_back_to_layout_methods():
     assert back["a"] == 1 and back["b"][0] == np.float32(0.5)
 
 
-def test_docstring_examples():
-    import doctest
-
-    import fastvec.spaces
-
-    result = doctest.testmod(fastvec.spaces, optionflags=doctest.ELLIPSIS)
-    assert result.attempted >= 20 and result.failed == 0
-
-
 def test_bench_section_runs(capsys):
     from fastvec._bench import flatten as bench
 

@@ -1,0 +1,48 @@
+"""Every docstring example in the package runs, and gives what it shows."""
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = [
+    "fastvec.advantages",
+    "fastvec.envs",
+    "fastvec.integrations",
+    "fastvec.integrations.sb3",
+    "fastvec.registration",
+    "fastvec.replay.min_tree",
+    "fastvec.replay.prioritized_replay_buffer",
+    "fastvec.replay.sum_tree",
+    "fastvec.spaces",
+    "fastvec.torch.cartpole",
+    "fastvec.vector.native",
+    "fastvec.vector.shared",
+]
+# The optional extras a module's examples need.
+NEEDS = {"fastvec.integrations.sb3": "stable_baselines3", "fastvec.torch.cartpole": "torch"}
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_examples_run(name):
+    if name in NEEDS:
+        pytest.importorskip(NEEDS[name])
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS)
+    assert result.attempted > 0, f"{name} has no example"
+    assert result.failed == 0
+
+
+def test_every_module_with_examples_is_listed():
+    import pathlib
+
+    import fastvec
+
+    root = pathlib.Path(fastvec.__file__).parent
+    found = set()
+    for path in root.rglob("*.py"):
+        if ">>>" in path.read_text():
+            parts = path.relative_to(root.parent).with_suffix("").parts
+            found.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    assert found - {"fastvec.bench"} <= set(MODULES), f"examples not run: {sorted(found - set(MODULES))}"
