@@ -25,7 +25,6 @@ from gymnasium.vector import AutoresetMode
 
 from fastvec.vector import _sync
 from fastvec.vector._env_loop import EnvLoop
-from fastvec.spaces import Layout
 from fastvec.vector import _protocol
 from fastvec.vector._infos import InfoWriter
 from fastvec.vector._protocol import AUTORESET_CODES, LIVENESS_INTERVAL, RECOVERABLE, Command, Status
