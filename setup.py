@@ -1,10 +1,11 @@
-"""Build the Cython kernels in src/fastvec/_ext.
+"""Build fastvec's Cython extensions.
 
-Every ``src/fastvec/_ext/*.pyx`` becomes one extension module. Flags are portable
+Every ``.pyx`` under ``src/fastvec``, at any depth, becomes one extension module named
+from its path (``src/fastvec/_ext/_gae.pyx`` -> ``fastvec._ext._gae``). Flags are portable
 (-O3, no -march=native) so that wheels run on any x86-64/aarch64 machine; set
-FASTVEC_NATIVE=1 to add -march=native for a local build. The fast CartPole
-kernel picks AVX2/AVX-512 variants at run time (GCC/Clang on x86); set
-FASTVEC_NO_DISPATCH=1 to build only the baseline variant (to test it).
+FASTVEC_NATIVE=1 to add -march=native for a local build. The fast CartPole kernel picks
+AVX2/AVX-512 variants at run time (GCC/Clang on x86); set FASTVEC_NO_DISPATCH=1 to build
+only the baseline variant (to test it).
 """
 import glob
 import os
@@ -30,22 +31,28 @@ define_macros = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
 if os.environ.get("FASTVEC_NO_DISPATCH") == "1":
     define_macros.append(("FV_NO_DISPATCH", "1"))
 
-extensions = [
-    Extension(
-        "fastvec._ext." + os.path.splitext(os.path.basename(path))[0],
+
+def _extension(name: str, path: str) -> Extension:
+    return Extension(
+        name,
         [path],
         include_dirs=[np.get_include()],
         define_macros=define_macros,
         extra_compile_args=compile_args,
         extra_link_args=link_args,
     )
-    for path in sorted(glob.glob(os.path.join("src", "fastvec", "_ext", "*.pyx")))
+
+
+extensions = [
+    _extension(os.path.splitext(os.path.relpath(path, "src"))[0].replace(os.sep, "."), path)
+    for path in sorted(glob.glob(os.path.join("src", "fastvec", "**", "*.pyx"), recursive=True))
 ]
 
 setup(
     ext_modules=cythonize(
         extensions,
         language_level=3,
+        include_path=["src"],
         compiler_directives={
             "boundscheck": False,
             "wraparound": False,
