@@ -1,11 +1,12 @@
 """Build fastvec's Cython extensions.
 
 Every ``.pyx`` under ``src/fastvec``, at any depth, becomes one extension module named
-from its path (``src/fastvec/_ext/_gae.pyx`` -> ``fastvec._ext._gae``). Flags are portable
-(-O3, no -march=native) so that wheels run on any x86-64/aarch64 machine; set
-FASTVEC_NATIVE=1 to add -march=native for a local build. The fast CartPole kernel picks
-AVX2/AVX-512 variants at run time (GCC/Clang on x86); set FASTVEC_NO_DISPATCH=1 to build
-only the baseline variant (to test it).
+from its path (``src/fastvec/native/envs/cartpole.pyx`` -> ``fastvec.native.envs.cartpole``),
+with the native-env kit's headers (``src/fastvec/native``; ``fastvec.get_include()`` once
+installed) on the include path. Flags are portable (-O3, no -march=native) so that wheels
+run on any x86-64/aarch64 machine; set FASTVEC_NATIVE=1 to add -march=native for a local
+build. The fast CartPole kernel picks AVX2/AVX-512 variants at run time (GCC/Clang on x86); set
+FASTVEC_NO_DISPATCH=1 to build only the baseline variant (to test it).
 """
 import glob
 import os
@@ -31,12 +32,14 @@ define_macros = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
 if os.environ.get("FASTVEC_NO_DISPATCH") == "1":
     define_macros.append(("FV_NO_DISPATCH", "1"))
 
+KIT_INCLUDE = os.path.join("src", "fastvec", "native")
+
 
 def _extension(name: str, path: str) -> Extension:
     return Extension(
         name,
         [path],
-        include_dirs=[np.get_include()],
+        include_dirs=[np.get_include(), KIT_INCLUDE],
         define_macros=define_macros,
         extra_compile_args=compile_args,
         extra_link_args=link_args,
