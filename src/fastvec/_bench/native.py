@@ -21,7 +21,7 @@ import numpy as np
 
 from fastvec import NativeVectorEnv
 from fastvec.bench import fmt_rate, print_table
-from fastvec.envs import native_ids
+from fastvec.native import native_ids
 
 warnings.filterwarnings("ignore", message=".*is out of date.*")
 

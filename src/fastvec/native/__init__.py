@@ -38,3 +38,6 @@ def get_include() -> str:
 
 __all__ = ["Batch", "NativeEnvSpec", "RENDER_MODES", "can_run_natively", "get_include", "get_native_spec",
            "is_bool", "is_real", "legacy_promotion", "native_ids", "register"]
+
+# fastvec's own envs register themselves (after the registry exists: they import it).
+from fastvec.native import envs  # noqa: E402,F401
