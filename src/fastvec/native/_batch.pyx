@@ -90,6 +90,11 @@ cdef void *_data(object array):
     return cnp.PyArray_DATA(<cnp.ndarray>array)
 
 
+def _aligned_bytes(size):
+    """``size`` zero bytes, 8-byte aligned (the widest field type's alignment)."""
+    return np.zeros(max(1, (size + 7) // 8), dtype=np.float64).view(np.uint8)[:size]
+
+
 cdef class Batch:
     """N copies of one compiled env: their state and output buffers, and ``step``.
 
@@ -156,13 +161,13 @@ cdef class Batch:
         self._same_step = mode == FV_SAME_STEP
         self._after_reset = after_reset
         self._was_reset = False
-        self._state = np.zeros(n * info["state_size"], dtype=np.uint8)
+        self._state = _aligned_bytes(n * info["state_size"])
         soa = info["layout"] == FV_SOA
         self._fields = {
             fname: np.ndarray((n,), dtype, self._state, offset * n if soa else offset,
                               None if soa else (info["state_size"],))
             for fname, offset, dtype in info["state"]}
-        self._params = np.zeros(max(1, info["params_size"]), dtype=np.uint8)
+        self._params = _aligned_bytes(info["params_size"])
         self._param_fields = {pname: np.ndarray((), dtype, self._params, offset)
                               for pname, offset, dtype in info["params"]}
         missing = sorted(set(self._param_fields) - set(params))

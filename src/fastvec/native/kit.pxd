@@ -43,22 +43,22 @@ cdef extern from "fv_env.h":
     ctypedef struct fv_batch:
         int64_t n
         int32_t max_steps
-        int mode
+        int mode                  # fv_autoreset
         int fast
         const void *params
-        void *state
-        fv_rng *rng
-        void *obs
-        void *final_obs
+        void *state               # OUT [n] states (fv_layout)
+        fv_rng *rng               # OUT [n] streams
+        void *obs                 # OUT [n, obs_size]
+        void *final_obs           # OUT [n, obs_size] SAME_STEP
         int64_t obs_size
         size_t obs_bytes
-        double *rew
-        uint8_t *term
-        uint8_t *trunc
-        int32_t *steps
-        uint8_t *needs_reset
-        uint8_t *reset_flag
-        int64_t *scratch
+        double *rew               # OUT [n]
+        uint8_t *term             # OUT [n]
+        uint8_t *trunc            # OUT [n]
+        int32_t *steps            # OUT [n]
+        uint8_t *needs_reset      # OUT [n]
+        uint8_t *reset_flag       # OUT [n]
+        int64_t *scratch          # OUT [n] the env's step_range's own
         const int64_t *act_i
         const float *act_f
         const double *act_d
@@ -74,8 +74,8 @@ cdef extern from "fv_env.h":
         int action_kind
         const fv_field *(*params)(int *count) noexcept nogil
         const fv_field *(*state)(int *count) noexcept nogil
-        int64_t (*step_range)(fv_batch *b, int64_t lo, int64_t hi) noexcept nogil
-        void (*reset_one)(fv_batch *b, int64_t i) noexcept nogil
+        int64_t (*step_range)(fv_batch *b, int64_t lo, int64_t hi) noexcept nogil  # b: OUT
+        void (*reset_one)(fv_batch *b, int64_t i) noexcept nogil                   # b: OUT
 
 
 # The fv_env_def inside a kernel capsule (checked: a compiled env of this kit's version).

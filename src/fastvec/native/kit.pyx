@@ -15,7 +15,7 @@ cdef const fv_env_def *env_def(object kernel) except NULL:
     if not PyCapsule_IsValid(kernel, b"fastvec.native.kernel"):
         raise TypeError(f"expected a compiled env (the capsule fastvec.native.kit.kernel makes), got {kernel!r}")
     cdef const fv_env_def *env = <const fv_env_def *>PyCapsule_GetPointer(kernel, b"fastvec.native.kernel")
-    if env.abi != FV_ABI:
+    if env.abi != FV_ABI or env.batch_size != sizeof(fv_batch):
         raise ImportError(f"env {env.name.decode()!r} was compiled against version {env.abi} of the "
                           f"native-env kit; this fastvec has version {FV_ABI}: rebuild it")
     return env

@@ -6,7 +6,7 @@ import numpy as np
 
 from fastvec.native.kit cimport fv_env_def, kernel
 
-from fastvec.native.envs._classic import gym_state, uniform_reset
+from fastvec.native.envs._classic_control import gym_state, uniform_reset
 from fastvec.native.registry import NativeEnvSpec, register
 
 cdef extern from "acrobot.h":

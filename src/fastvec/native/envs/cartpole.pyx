@@ -2,7 +2,7 @@
 # fast mode, exact=False, dispatched on the CPU's instruction sets), registered here.
 from fastvec.native.kit cimport fv_env_def, kernel
 
-from fastvec.native.envs._classic import gym_state, uniform_reset
+from fastvec.native.envs._classic_control import gym_state, uniform_reset
 from fastvec.native.registry import NativeEnvSpec, is_bool, register
 
 cdef extern from "cartpole.h":

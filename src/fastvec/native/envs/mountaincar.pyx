@@ -1,7 +1,7 @@
 # MountainCar-v0 on the native-env kit: the dynamics in mountaincar.h, registered here.
 from fastvec.native.kit cimport fv_env_def, kernel
 
-from fastvec.native.envs._classic import gym_state, uniform_reset
+from fastvec.native.envs._classic_control import gym_state, uniform_reset
 from fastvec.native.registry import NativeEnvSpec, is_real, register
 
 cdef extern from "mountaincar.h":

@@ -2,7 +2,7 @@
 # registered here.
 from fastvec.native.kit cimport fv_env_def, kernel
 
-from fastvec.native.envs._classic import gym_state, uniform_reset
+from fastvec.native.envs._classic_control import gym_state, uniform_reset
 from fastvec.native.registry import NativeEnvSpec, is_real, legacy_promotion, register
 
 cdef extern from "mountaincar_continuous.h":
