@@ -1,12 +1,14 @@
-"""Build fastvec's Cython modules.
+"""Build fastvec's Cython extensions.
 
-Every ``src/fastvec/**/*.pyx`` becomes one extension module, named after its path
-(``src/fastvec/vector/_sync.pyx`` -> ``fastvec.vector._sync``): each kernel sits beside
-the Python module that uses it. Flags are portable
-(-O3, no -march=native) so that wheels run on any x86-64/aarch64 machine; set
-FASTVEC_NATIVE=1 to add -march=native for a local build. The fast CartPole
-kernel picks AVX2/AVX-512 variants at run time (GCC/Clang on x86); set
-FASTVEC_NO_DISPATCH=1 to build only the baseline variant (to test it).
+Every ``.pyx`` under ``src/fastvec``, at any depth, becomes one extension module named
+from its path (``src/fastvec/native/envs/cartpole.pyx`` -> ``fastvec.native.envs.cartpole``),
+with the native-env kit's headers (``src/fastvec/native``; ``fastvec.get_include()`` once
+installed) on the include path. So does the example env of ``examples/native_env``,
+installed as ``fastvec.native.examples.gridworld`` (its own ``setup.py`` builds the same
+files against an installed fastvec). Flags are portable (-O3, no -march=native) so that
+wheels run on any x86-64/aarch64 machine; set FASTVEC_NATIVE=1 to add -march=native for a
+local build. The fast CartPole kernel picks AVX2/AVX-512 variants at run time (GCC/Clang on
+x86); set FASTVEC_NO_DISPATCH=1 to build only the baseline variant (to test it).
 """
 import glob
 import os
@@ -14,7 +16,7 @@ import sys
 
 import numpy as np
 from Cython.Build import cythonize
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 
 compile_args = []
 link_args = []
@@ -32,27 +34,34 @@ define_macros = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
 if os.environ.get("FASTVEC_NO_DISPATCH") == "1":
     define_macros.append(("FV_NO_DISPATCH", "1"))
 
-def _module_name(path: str) -> str:
-    """``src/fastvec/vector/_sync.pyx`` -> ``fastvec.vector._sync``."""
-    return os.path.splitext(os.path.relpath(path, "src"))[0].replace(os.sep, ".")
+KIT_INCLUDE = os.path.join("src", "fastvec", "native")
+EXAMPLE = os.path.join("examples", "native_env", "gridworld")
 
 
-extensions = [
-    Extension(
-        _module_name(path),
+def _extension(name: str, path: str) -> Extension:
+    return Extension(
+        name,
         [path],
-        include_dirs=[np.get_include()],
+        include_dirs=[np.get_include(), KIT_INCLUDE],
         define_macros=define_macros,
         extra_compile_args=compile_args,
         extra_link_args=link_args,
     )
+
+
+extensions = [
+    _extension(os.path.splitext(os.path.relpath(path, "src"))[0].replace(os.sep, "."), path)
     for path in sorted(glob.glob(os.path.join("src", "fastvec", "**", "*.pyx"), recursive=True))
 ]
+extensions.append(_extension("fastvec.native.examples.gridworld._kernel", os.path.join(EXAMPLE, "_kernel.pyx")))
 
 setup(
+    package_dir={"": "src", "fastvec.native.examples.gridworld": EXAMPLE},
+    packages=find_packages("src", include=["fastvec*"]) + ["fastvec.native.examples.gridworld"],
     ext_modules=cythonize(
         extensions,
         language_level=3,
+        include_path=["src"],
         compiler_directives={
             "boundscheck": False,
             "wraparound": False,

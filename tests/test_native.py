@@ -11,8 +11,8 @@ from gymnasium.error import ResetNeeded
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from fastvec import NativeVectorEnv
-from fastvec._ext import _classic
-from fastvec.envs import can_run_natively, native_ids
+from fastvec.native import can_run_natively, kit, native_ids
+from fastvec.native.envs import cartpole
 
 warnings.filterwarnings("ignore", message=".*CartPole-v0 is out of date.*")
 
@@ -109,9 +109,9 @@ def _rollout(env_id, n, steps, seed, mode, kw=None, act_dtype=None, reset_option
 def test_pcg64_stream_matches_numpy(seed):
     bg = np.random.PCG64(np.random.SeedSequence(seed))
     st = bg.state["state"]
-    s = np.array([st["state"] & (2**64 - 1), st["state"] >> 64, st["inc"] & (2**64 - 1), st["inc"] >> 64],
+    s = np.array([st["state"] & (2**64 - 1), st["state"] >> 64, st["inc"] & (2**64 - 1), st["inc"] >> 64, 0, 0],
                  dtype=np.uint64)
-    ours = _classic.pcg64_next_doubles(s, 1000)
+    ours = kit.rng_draws(s, "random", 1000)
     theirs = np.random.Generator(bg).random(1000)
     np.testing.assert_array_equal(ours, theirs)
 
@@ -305,24 +305,24 @@ def test_fast_mode_close_to_exact(mode):
     _check_fast_close_to_exact(mode)
 
 
-@pytest.mark.parametrize("isa", _classic.fast_isas())
+@pytest.mark.parametrize("isa", cartpole.fast_isas())
 def test_fast_mode_close_to_exact_on_every_isa(isa):
     # the fast kernel is dispatched on the CPU's features; check every variant
     # this machine can run, the baseline one included
-    prev = _classic._set_fast_isa(isa)
+    prev = cartpole._set_fast_isa(isa)
     try:
-        assert _classic.fast_isa() == isa
+        assert cartpole.fast_isa() == isa
         for mode in MODES:
             _check_fast_close_to_exact(mode)
     finally:
-        _classic._set_fast_isa(prev)
+        cartpole._set_fast_isa(prev)
 
 
 def test_fast_isa_names():
-    assert _classic.fast_isas()[0] == "default"
-    assert _classic.fast_isa() == _classic.fast_isas()[-1]  # the best one by default
+    assert cartpole.fast_isas()[0] == "default"
+    assert cartpole.fast_isa() == cartpole.fast_isas()[-1]  # the best one by default
     with pytest.raises(ValueError):
-        _classic._set_fast_isa("sse9")
+        cartpole._set_fast_isa("sse9")
 
 
 def _check_fast_close_to_exact(mode):

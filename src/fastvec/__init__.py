@@ -1,11 +1,13 @@
 """fastvec: a fast drop-in vector-environment backend for Gymnasium.
 
 Importing fastvec makes ``gymnasium.make_vec(..., vectorization_mode="fastvec")``
-work (see :mod:`fastvec.registration`).
+work (see :mod:`fastvec.registration`). ``fastvec.get_include()`` is the include directory
+of the native-env kit (:mod:`fastvec.native`), to build envs in C against.
 """
 from fastvec import registration, spaces
 from fastvec.advantages import gae, gae_sb3, gae_terminated_truncated, vtrace
 from fastvec.errors import RemoteTraceback, WorkerDiedError, WorkerError
+from fastvec.native import get_include
 from fastvec.replay import MinTree, PrioritizedReplayBuffer, SumTree
 from fastvec.vector.native import NativeVectorEnv
 from fastvec.vector.shared import FastVectorEnv
@@ -16,7 +18,7 @@ registration.install()
 
 __all__ = [
     "FastVectorEnv", "NativeVectorEnv", "RemoteTraceback", "WorkerDiedError", "WorkerError",
-    "registration", "spaces",
+    "get_include", "registration", "spaces",
     "gae", "gae_sb3", "gae_terminated_truncated", "vtrace",
     "SumTree", "MinTree", "PrioritizedReplayBuffer",
 ]

@@ -158,7 +158,7 @@ def make_vec(
 def _native_refusal(env_spec: EnvSpec, env_kwargs: dict, wrappers: list, backend_kwargs: dict) -> str | None:
     """Why this call cannot use NativeVectorEnv, or None if it can."""
     try:
-        from fastvec.envs import can_run_natively
+        from fastvec.native import can_run_natively
     except ImportError:  # pragma: no cover - built without the native envs
         return "fastvec was built without native envs"
     if wrappers:

@@ -3,9 +3,11 @@
 Env-only steps per second with pre-drawn random actions (no policy), for
 ``NativeVectorEnv`` (exact and fast modes, 1 and 2 threads), gymnasium's NumPy
 ``CartPoleVectorEnv`` (``vectorization_mode="vector_entry_point"``) and
-``SyncVectorEnv`` of the Python env. The backends take turns inside every
-repeat (so load on a shared machine hits them alike) and each figure is the
-median over the repeats; the ratio columns compare figures from this run.
+``SyncVectorEnv`` of the Python env; and the native-env kit's example env
+(``examples/native_env``, installed as ``fastvec.native.examples.gridworld``)
+against its plain-Python reference in ``SyncVectorEnv``. The backends take turns
+inside every repeat (so load on a shared machine hits them alike) and each figure
+is the median over the repeats; the ratio columns compare figures from this run.
 
     python -m fastvec.bench native [--quick]
 """
@@ -21,7 +23,7 @@ import numpy as np
 
 from fastvec import NativeVectorEnv
 from fastvec.bench import fmt_rate, print_table
-from fastvec.envs import native_ids
+from fastvec.native import native_ids
 
 warnings.filterwarnings("ignore", message=".*is out of date.*")
 
@@ -151,27 +153,42 @@ def run(quick: bool = False) -> None:
     print_table(f"CartPole-v1 fast mode (exact=False), n={n}, copy=False",
                 ["backend", "SPS", "vs CartPoleVectorEnv", "vs native exact 2 threads"], rows)
 
-    # -------------------------------------------------------- every native env
-    rows = []
+    # -------------------------------------------------------- every native env, the kit's example
+    from fastvec.native.examples import gridworld
+
     env_sizes = [8, 256] if quick else sizes
-    for env_id in native_ids():
-        for n in env_sizes:
-            steps = _steps_for(n, budget // 4)
+    race = (budget // 4, 4_000 if quick else 12_000, max(3, repeats // 2))
+    rows = _vs_sync_rows([i for i in native_ids() if i != gridworld.ENV_ID], env_sizes, *race)
+    print_table("Every native env, exact, copy=False: SPS vs SyncVectorEnv (median)",
+                ["env", "num_envs", "native 1 thread", "native 2 threads", "SyncVectorEnv",
+                 "native (best) / Sync"], rows)
+    rows = _vs_sync_rows([gridworld.ENV_ID], env_sizes, *race)
+    print_table("Native-env kit example (examples/native_env: a grid world written on the kit), "
+                "copy=False: SPS vs its plain-Python reference in SyncVectorEnv (median)",
+                ["env", "num_envs", "native 1 thread", "native 2 threads", "Python reference, SyncVectorEnv",
+                 "native (best) / Sync"], rows)
+
+
+def _vs_sync_rows(env_ids: list[str], sizes: list[int], budget: int, sync_budget: int,
+                  repeats: int) -> list[list]:
+    """Per id and size: NativeVectorEnv on 1 and 2 threads vs SyncVectorEnv of the Python env."""
+    rows = []
+    for env_id in env_ids:
+        for n in sizes:
+            steps = _steps_for(n, budget)
             probe = NativeVectorEnv(env_id, n)
             acts = _actions(probe, steps)
             runners = {
                 "1": (_runner(NativeVectorEnv(env_id, n, num_threads=1, copy=False), acts), n * steps),
                 "2": (_runner(NativeVectorEnv(env_id, n, num_threads=2, copy=False), acts), n * steps),
             }
-            sync_steps = max(2, min(steps, (4_000 if quick else 12_000) // n))
+            sync_steps = max(2, min(steps, sync_budget // n))
             runners["sync"] = (_runner(gym.make_vec(env_id, n, vectorization_mode="sync"),
                                        acts[:sync_steps]), n * sync_steps)
-            r = _race(runners, max(3, repeats // 2))
+            r = _race(runners, repeats)
             rows.append([env_id, n, fmt_rate(r["1"]), fmt_rate(r["2"]), fmt_rate(r["sync"]),
                          _ratio(max(r["1"], r["2"]), r["sync"])])
-    print_table("Every native env, exact, copy=False: SPS vs SyncVectorEnv (median)",
-                ["env", "num_envs", "native 1 thread", "native 2 threads", "SyncVectorEnv",
-                 "native (best) / Sync"], rows)
+    return rows
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""NativeVectorEnv: N copies of a classic-control env stepped by one Cython call."""
+"""NativeVectorEnv: N copies of a compiled env (fastvec.native) stepped by one Cython call."""
 from __future__ import annotations
 
 import copy as _copy
@@ -11,19 +11,20 @@ from gymnasium.error import ResetNeeded
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from fastvec._ext import _classic
-from fastvec.envs import RENDER_MODES, get_native_spec
+from fastvec.native import RENDER_MODES, Batch, get_native_spec
+from fastvec.native.kit import fv_autoreset
 from fastvec.vector._arguments import seeds_per_env, split_reset_options
 
 __all__ = ["NativeVectorEnv"]
 
-_MODES = {AutoresetMode.NEXT_STEP: 0, AutoresetMode.SAME_STEP: 1, AutoresetMode.DISABLED: 2}
+_MODES = {mode: fv_autoreset[f"FV_{mode.name}"] for mode in AutoresetMode}
 # Below this much work per step (ns), threads cost more than they save.
 _THREAD_WORK_NS = 60_000.0
 
 
-class NativeVectorEnv(_classic.ClassicBatch, VectorEnv):
-    """In-process batched CartPole/MountainCar/Acrobot/Pendulum, identical to Gymnasium.
+class NativeVectorEnv(Batch, VectorEnv):
+    """In-process batched compiled envs (CartPole/MountainCar/Acrobot/Pendulum and any env
+    registered with ``fastvec.native.register``), identical to their Python twins.
 
     All ``num_envs`` states live in contiguous arrays and one ``nogil`` Cython
     call steps the whole batch (dynamics, termination, ``TimeLimit``
@@ -35,11 +36,12 @@ class NativeVectorEnv(_classic.ClassicBatch, VectorEnv):
     with ``s + i`` and autoresets draw from the same ``PCG64`` stream as each
     env's ``np_random``).
 
-    Supported ids: ``CartPole-v1``, ``CartPole-v0``, ``MountainCar-v0``,
-    ``MountainCarContinuous-v0``, ``Acrobot-v1``, ``Pendulum-v1``.
+    fastvec's own ids: ``CartPole-v1``, ``CartPole-v0``, ``MountainCar-v0``,
+    ``MountainCarContinuous-v0``, ``Acrobot-v1``, ``Pendulum-v1``
+    (``fastvec.native.native_ids()`` lists every registered one).
 
     Args:
-        env_id: one of the ids above.
+        env_id: a native id (see above).
         num_envs: number of copies.
         num_threads: most threads a step may use (default: all cores). Batches
             too small to gain from threads always run on the calling thread;
@@ -58,9 +60,10 @@ class NativeVectorEnv(_classic.ClassicBatch, VectorEnv):
             return fresh arrays. ``False``: they return the env's own buffers,
             overwritten by the next call (fastest; copy what you keep).
         max_episode_steps: override the registered ``TimeLimit``.
-        **env_kwargs: the Gymnasium env's constructor kwargs that the kernel
+        **env_kwargs: the env's constructor kwargs that the compiled env
             honours (``sutton_barto_reward`` for CartPole, ``goal_velocity``
-            for the MountainCars, ``g`` for Pendulum); others raise TypeError.
+            for the MountainCars, ``g`` for Pendulum; for an env registered
+            without ``kwargs``, its parameters); others raise TypeError.
 
     Example:
         >>> import numpy as np
@@ -99,7 +102,7 @@ class NativeVectorEnv(_classic.ClassicBatch, VectorEnv):
         self.autoreset_mode = (autoreset_mode if isinstance(autoreset_mode, AutoresetMode)
                                else AutoresetMode(autoreset_mode))
         if max_episode_steps is None:
-            max_episode_steps = spec.max_episode_steps
+            max_episode_steps = spec.time_limit() or 2**31 - 1
         if not isinstance(max_episode_steps, (int, np.integer)) or max_episode_steps < 1:
             raise ValueError(f"max_episode_steps must be a positive int, got {max_episode_steps!r}")
         if num_threads is None:
@@ -115,30 +118,21 @@ class NativeVectorEnv(_classic.ClassicBatch, VectorEnv):
         self.env_kwargs = dict(env_kwargs)
         self.max_episode_steps = min(int(max_episode_steps), 2**31 - 1)
         self._spec_native = spec
-        # one Gymnasium instance: spaces, metadata and constants come from Gymnasium itself
+        # the Python env this one reproduces (if any): spaces, metadata, constants, rendering
         ref = spec.make_reference(render_mode=render_mode, **env_kwargs)
         self._ref = ref
-        self.single_observation_space = ref.observation_space
-        self.single_action_space = ref.action_space
+        params = spec.resolve_params(ref, env_kwargs)
+        self.single_observation_space, self.single_action_space = spec.spaces(ref, params)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
-        self.metadata = dict(ref.metadata)
+        self.metadata = dict(ref.metadata) if ref is not None else {}
         self.metadata["autoreset_mode"] = self.autoreset_mode
-        params, flag0 = spec.params(ref)
 
-        threshold = max(1, int(_THREAD_WORK_NS / spec.cost_ns))
-        if not self.exact and spec.kind == "cartpole":
-            threshold *= 4
+        cost_ns = spec.cost_ns if self.exact or spec.fast_cost_ns is None else spec.fast_cost_ns
         self._setup(
-            _classic.ENV_KINDS[spec.kind], num_envs, spec.obs_dim, _MODES[self.autoreset_mode],
-            params, flag0, self.max_episode_steps, not self.exact, int(num_threads), threshold)
-        self._default_bounds = spec.reset_bounds(None)
-        self._set_reset_bounds(*self._default_bounds)
-        self._seeded = np.zeros(num_envs, dtype=bool)
-        self._seeds: list[int | None] = [None] * num_envs
-        self._acrobot = spec.kind == "acrobot"
-        self._same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
-        self._post = self._acrobot or self._same_step
+            spec.kernel, num_envs, self.single_observation_space, self.single_action_space,
+            _MODES[self.autoreset_mode], params, self.max_episode_steps, not self.exact, int(num_threads),
+            max(1, int(_THREAD_WORK_NS / cost_ns)), spec.after_reset)
 
         try:
             self.spec = _copy.deepcopy(gym.spec(env_id))
@@ -164,7 +158,7 @@ class NativeVectorEnv(_classic.ClassicBatch, VectorEnv):
         """The seed each env was last seeded with (None where seeded from OS entropy)."""
         return tuple(self._seeds)
 
-    # step(actions) is ClassicBatch.step (one C-level call): it returns
+    # step(actions) is Batch.step (one C-level call): it returns
     # (obs, rewards, terminated, truncated, infos), like SyncVectorEnv.step.
 
     def reset(
@@ -180,83 +174,61 @@ class NativeVectorEnv(_classic.ClassicBatch, VectorEnv):
         for s in seeds:
             if s is not None and (not isinstance(s, (int, np.integer)) or isinstance(s, bool) or s < 0):
                 raise ValueError(f"Seed must be a non-negative python integer or None, got {s!r}")
-        lo, hi = self._spec_native.reset_bounds(options)
-        todo = np.ones(n, dtype=bool) if mask is None else mask.astype(bool)
-        rng = self._rng
-        fresh = []
-        for i, s in enumerate(seeds):
-            if not todo[i]:
-                continue
-            if s is not None:
-                st = np.random.PCG64(int(s)).state["state"]
-                rng[i, 0] = st["state"] & 0xFFFFFFFFFFFFFFFF
-                rng[i, 1] = st["state"] >> 64
-                rng[i, 2] = st["inc"] & 0xFFFFFFFFFFFFFFFF
-                rng[i, 3] = st["inc"] >> 64
-                self._seeded[i] = True
-                self._seeds[i] = int(s)
-            elif not self._seeded[i]:
-                fresh.append(i)
-        if fresh:  # like gymnasium: never-seeded envs get entropy from the OS
-            idx = np.asarray(fresh)
-            rng[idx] = np.random.default_rng().integers(0, 2**64, size=(len(idx), 4), dtype=np.uint64)
-            rng[idx, 2] |= np.uint64(1)
-            self._seeded[idx] = True
-            for i in fresh:
-                self._seeds[i] = None
-        self._set_reset_bounds(lo, hi)
+        params = self._spec_native.reset_params(options)  # checked before any stream moves
+        self._seed(seeds, np.ones(n, dtype=bool) if mask is None else mask)
+        defaults = self._set_params(params)
         try:
             self._reset_envs(mask)
         finally:
-            self._set_reset_bounds(*self._default_bounds)
-        self._was_reset = True
-        if self._acrobot:
-            self._after_resets(False)
+            self._set_params(defaults)
         obs = self._obs.copy() if self.copy else self._obs
         return obs, {}
 
     def render(self) -> tuple[np.ndarray, ...] | None:
-        """Frames of every env (``render_mode="rgb_array"``), drawn by Gymnasium's renderer."""
+        """Frames of every env (``render_mode="rgb_array"``), drawn by the Python env's renderer."""
         if self.render_mode is None:
             gym.logger.warn("You are calling render method without specifying any render mode. "
                             f'Pass render_mode="rgb_array" to NativeVectorEnv("{self.env_id}", ...).')
             return None
         if not self._was_reset:
             raise ResetNeeded("Cannot call render() before calling reset()")
-        kind = self._spec_native.kind
-        st = self._state
         ref = self._ref
         frames = []
         for i in range(self.num_envs):
-            ref.state = self._gym_state(i)
-            if kind == "pendulum":
-                u = self._last_u[i]
-                ref.last_u = None if np.isnan(u) else u
+            for attr, value in self._spec_native.state_attributes(self._fields, i).items():
+                setattr(ref, attr, value)
             frames.append(ref.render())
         return tuple(frames)
 
-    # The envs are compiled, so only what Gymnasium's envs hold as constants (the parameters
+    # The envs are compiled, so only what the Python env holds as constants (the parameters
     # fixed at construction) and their state can be read; nothing can be set.
-    _DYNAMIC_ATTRS = ("steps_beyond_terminated", "last_u", "np_random", "_np_random", "screen", "clock")
+    _UNTRACKED_ATTRS = ("steps_beyond_terminated", "last_u", "np_random", "_np_random", "screen", "clock")
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Read an attribute of every env (SyncVectorEnv's ``call`` for non-callables).
 
-        Constants of the Gymnasium env (``gravity``, ``max_speed``, ``spec``,
-        ``render_mode``...) are the same for every env; ``state`` is each env's
-        own state, as Gymnasium's env would hold it; ``render`` renders.
-        Methods cannot be called on compiled envs: ``NotImplementedError``.
+        Constants of the Python env (``gravity``, ``max_speed``, ``spec``,
+        ``render_mode``...; without a Python env, the parameters) are the same for every
+        env; ``state`` (or what holds the state of an env registered without
+        ``reference_state``: its state fields) is each env's own, as the Python env would
+        hold it; ``render`` renders. Methods cannot be called on compiled envs:
+        ``NotImplementedError``.
         """
         if name == "render":
             return self.render()
         if name == "np_random_seed":
             return self.np_random_seed
-        if name == "state":
-            return tuple(self._gym_state(i) for i in range(self.num_envs))
-        if name in self._DYNAMIC_ATTRS:
+        state_attributes = self._spec_native.state_attributes
+        if name in state_attributes(self._fields, 0):
+            return tuple(state_attributes(self._fields, i)[name] for i in range(self.num_envs))
+        if name in self._UNTRACKED_ATTRS:
             raise NotImplementedError(
                 f"NativeVectorEnv does not track {name!r} per env; use the multiprocess backend "
                 "(fastvec.FastVectorEnv, or vector_kwargs={'native': False} in make_vec) for it")
+        if self._ref is None:
+            if name in self._param_fields:
+                return (self._param_fields[name].item(),) * self.num_envs
+            raise AttributeError(f"{self.env_id} envs have no attribute {name!r}")
         try:
             value = self._ref.get_wrapper_attr(name)
         except AttributeError:
@@ -278,41 +250,11 @@ class NativeVectorEnv(_classic.ClassicBatch, VectorEnv):
             "(pass env kwargs to the constructor), or use the multiprocess backend "
             "(vector_kwargs={'native': False} in make_vec) to change env attributes")
 
-    def _gym_state(self, i: int) -> np.ndarray:
-        """Env i's state as Gymnasium's env holds it in ``env.state``."""
-        st = self._state
-        if self._spec_native.kind in ("cartpole", "acrobot"):
-            return st[:, i].copy()
-        return np.array([st[0, i], st[1, i]])
-
     def close_extras(self, **kwargs: Any) -> None:
-        """Close Gymnasium's renderer if it was opened."""
+        """Close the Python env's renderer if it was opened."""
         ref = getattr(self, "_ref", None)
         if ref is not None:
             ref.close()
 
     def __repr__(self) -> str:
         return f"NativeVectorEnv({self.env_id}, num_envs={self.num_envs})"
-
-    # ----------------------------------------------------------- internals
-    def _after_resets(self, from_step: bool) -> dict[str, Any]:
-        """Finish what the kernel leaves to NumPy: Acrobot reset observations and SAME_STEP infos."""
-        rows = np.flatnonzero(self._reset_flag)
-        if self._acrobot and rows.size:
-            # AcrobotEnv._get_ob applies NumPy's float32 cos/sin to the float32 reset state
-            s0 = self._state[0, rows].astype(np.float32)
-            s1 = self._state[1, rows].astype(np.float32)
-            obs = self._obs
-            obs[rows, 0] = np.cos(s0)
-            obs[rows, 1] = np.sin(s0)
-            obs[rows, 2] = np.cos(s1)
-            obs[rows, 3] = np.sin(s1)
-        if not (from_step and self._same_step) or rows.size == 0:
-            return {}
-        final_obs = np.full(self.num_envs, None, dtype=object)
-        fo = self._final_obs
-        for i in rows:
-            final_obs[i] = fo[i].copy()
-        mask = np.zeros(self.num_envs, dtype=np.bool_)
-        mask[rows] = True
-        return {"final_obs": final_obs, "_final_obs": mask, "final_info": {}, "_final_info": mask.copy()}
