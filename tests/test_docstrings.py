@@ -8,9 +8,12 @@ import pytest
 
 MODULES = [
     "fastvec.advantages",
-    "fastvec.envs",
     "fastvec.integrations",
     "fastvec.integrations.sb3",
+    "fastvec.native",
+    "fastvec.native.examples.gridworld",
+    "fastvec.native.kit",
+    "fastvec.native.registry",
     "fastvec.registration",
     "fastvec.replay.min_tree",
     "fastvec.replay.prioritized_replay_buffer",
@@ -24,8 +27,23 @@ MODULES = [
 NEEDS = {"fastvec.integrations.sb3": "stable_baselines3", "fastvec.torch.cartpole": "torch"}
 
 
+@pytest.fixture
+def registries():
+    """Examples register envs (native ones, Gymnasium ids): forget them afterwards."""
+    import gymnasium as gym
+
+    from fastvec.native.registry import NATIVE_SPECS
+
+    native, gymnasium_ids = dict(NATIVE_SPECS), dict(gym.registry)
+    yield
+    NATIVE_SPECS.clear()
+    NATIVE_SPECS.update(native)
+    gym.registry.clear()
+    gym.registry.update(gymnasium_ids)
+
+
 @pytest.mark.parametrize("name", MODULES)
-def test_examples_run(name):
+def test_examples_run(name, registries):
     if name in NEEDS:
         pytest.importorskip(NEEDS[name])
     module = importlib.import_module(name)

@@ -5,7 +5,6 @@ against this fastvec (needs Cython and a C compiler, as a user's build does), an
 examples."""
 from __future__ import annotations
 
-import doctest
 import importlib
 import os
 import shutil
@@ -259,12 +258,3 @@ def test_example_builds_with_its_own_setup_py(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")]))
     run = subprocess.run([sys.executable, "-c", check], cwd=tmp_path, capture_output=True, text=True, env=env)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout[-3000:] + run.stderr[-3000:]
-
-
-# ----------------------------------------------------------------------------- docs
-
-@pytest.mark.parametrize("module", ["fastvec.native", "fastvec.native.registry", "fastvec.native.kit",
-                                    "fastvec.native.examples.gridworld", "fastvec.vector.native"])
-def test_docstring_examples(module):
-    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.failed == 0

@@ -20,7 +20,7 @@ from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.dict cimport PyDict_CheckExact, PyDict_Size
 
 from fastvec.vector._info_rows cimport Writer
-from fastvec.vector._protocol cimport DISABLED, NEXT_STEP, SAME_STEP
+from fastvec.native.kit cimport FV_DISABLED as DISABLED, FV_NEXT_STEP as NEXT_STEP, FV_SAME_STEP as SAME_STEP
 from fastvec.vector._rows cimport copy_row, fits_row, row_bytes
 
 cnp.import_array()

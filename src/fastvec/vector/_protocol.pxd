@@ -1,5 +1,5 @@
 # The words the caller and the workers agree on, defined once: the Cython modules
-# (_sync, _env_loop) cimport them, Python reads them from fastvec.vector._protocol.
+# (_sync) cimport them, Python reads them from fastvec.vector._protocol.
 
 cpdef enum Word:
     # Word indices in a worker's control row (64 bytes: no two workers share a cache line).
@@ -32,9 +32,5 @@ cpdef enum Status:
     CALL_ERROR = 3       # call/get_attr/set_attr raised: a report follows; the worker serves on
     INFOS = 4            # results and info values are in the buffer, nothing on the pipe
 
-
-cpdef enum Autoreset:
-    # Gymnasium's AutoresetMode, as the compiled env loop takes it.
-    NEXT_STEP = 0
-    SAME_STEP = 1
-    DISABLED = 2
+# (Gymnasium's autoreset modes have their codes in the native-env kit's fv_env.h, which the
+# compiled env loop shares: fastvec.native.kit's fv_autoreset.)

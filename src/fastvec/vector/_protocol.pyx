@@ -1,6 +1,6 @@
-"""Words the caller and the workers agree on: control-row layout, commands, statuses,
-autoreset codes (``cpdef enum``s in ``_protocol.pxd``, one source for Cython and Python),
-and the pipe's message encoding.
+"""Words the caller and the workers agree on: control-row layout, commands, statuses
+(``cpdef enum``s in ``_protocol.pxd``, one source for Cython and Python), autoreset codes
+(the native-env kit's), and the pipe's message encoding.
 
 The hot path (step) moves no Python objects: the caller writes actions into the shared
 buffer and bumps a worker's CMD_SEQ; the worker writes results (info values included) and
@@ -12,18 +12,16 @@ from multiprocessing.reduction import ForkingPickler
 
 from gymnasium.vector import AutoresetMode
 
+from fastvec.native.kit import fv_autoreset
+
 # Commands whose errors leave the envs as they were, so the vector env stays usable.
 RECOVERABLE = ("call", "setattr")
 
 # Seconds a waiter blocks before it checks that the other side still lives.
 LIVENESS_INTERVAL = 0.1
 
-#: Gymnasium's autoreset modes as the compiled env loop takes them.
-AUTORESET_CODES = {
-    AutoresetMode.NEXT_STEP: Autoreset.NEXT_STEP,
-    AutoresetMode.SAME_STEP: Autoreset.SAME_STEP,
-    AutoresetMode.DISABLED: Autoreset.DISABLED,
-}
+#: Gymnasium's autoreset modes as the compiled env loop takes them (the native-env kit's codes).
+AUTORESET_CODES = {mode: fv_autoreset[f"FV_{mode.name}"] for mode in AutoresetMode}
 
 
 def send(conn, obj) -> None:
