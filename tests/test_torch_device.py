@@ -33,6 +33,7 @@ from torch_helpers import PPO_PATH, ROOT, load_ppo_example, package_root  # noqa
 TORCH_PATH_SOURCES = [ROOT / "src" / "fastvec" / "torch" / "cartpole.py",
                       ROOT / "src" / "fastvec" / "torch" / "__init__.py",
                       ROOT / "src" / "fastvec" / "_bench" / "torch.py",
+                      ROOT / "asv_benchmarks" / "bench_torch.py",
                       PPO_PATH]
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
