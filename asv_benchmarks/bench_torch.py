@@ -1,4 +1,4 @@
-"""asv: TorchCartPole step on the CPU against gymnasium's CartPoleVectorEnv (NumPy)."""
+"""asv: TorchCartPole step against gymnasium's CartPoleVectorEnv (NumPy), on the CPU and on CUDA."""
 import numpy as np
 
 try:
@@ -7,9 +7,11 @@ try:
 except ImportError:  # torch is an optional extra
     torch = None
 
+IMPLS = {"torch_f32": ("float32", True), "torch_f32_fast": ("float32", False), "torch_f64": ("float64", True)}
+
 
 class TimeCartPoleStep:
-    params = (["torch_f32", "torch_f64", "gymnasium_numpy"], [1024, 16384])
+    params = (["torch_f32", "torch_f32_fast", "torch_f64", "gymnasium_numpy"], [1024, 16384])
     param_names = ["impl", "num_envs"]
 
     def setup(self, impl, num_envs):
@@ -21,13 +23,38 @@ class TimeCartPoleStep:
         else:
             if torch is None:
                 raise NotImplementedError("torch not installed")
-            dtype = torch.float32 if impl == "torch_f32" else torch.float64
-            self.env = TorchCartPole(num_envs, dtype=dtype, seed=0, copy=False)
+            dtype, exact = IMPLS[impl]
+            self.env = TorchCartPole(num_envs, dtype=getattr(torch, dtype), seed=0, copy=False, exact=exact)
             self.actions = torch.from_numpy(actions)
         self.env.reset(seed=0)
 
     def time_step(self, impl, num_envs):
         self.env.step(self.actions)
+
+    def teardown(self, impl, num_envs):
+        self.env.close()
+
+
+class TimeCartPoleStepCUDA:
+    """100 steps then torch.cuda.synchronize(): the kernels' execution, not their queuing."""
+
+    params = (["torch_f32", "torch_f32_fast", "torch_f64"], [4096, 1048576])
+    param_names = ["impl", "num_envs"]
+
+    def setup(self, impl, num_envs):
+        if torch is None or not torch.cuda.is_available():
+            raise NotImplementedError("needs torch with a CUDA GPU")
+        dtype, exact = IMPLS[impl]
+        self.env = TorchCartPole(num_envs, device="cuda", dtype=getattr(torch, dtype), seed=0, copy=False,
+                                 exact=exact)
+        self.env.reset(seed=0)
+        self.actions = torch.randint(0, 2, (num_envs,), device="cuda")
+        self.time_100_steps(impl, num_envs)  # warm-up
+
+    def time_100_steps(self, impl, num_envs):
+        for _ in range(100):
+            self.env.step(self.actions)
+        torch.cuda.synchronize()
 
     def teardown(self, impl, num_envs):
         self.env.close()

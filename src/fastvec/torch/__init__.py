@@ -4,6 +4,6 @@ Importing :mod:`fastvec` never imports torch; import this module explicitly::
 
     from fastvec.torch import TorchCartPole
 """
-from fastvec.torch.cartpole import TorchCartPole
+from fastvec.torch.cartpole import TorchCartPole, resolve_device
 
-__all__ = ["TorchCartPole"]
+__all__ = ["TorchCartPole", "resolve_device"]

@@ -10,7 +10,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-__all__ = ["TorchCartPole"]
+__all__ = ["TorchCartPole", "resolve_device"]
 
 # Gymnasium's CartPole-v1 constants, computed the same way (float64 Python arithmetic).
 GRAVITY = 9.8
@@ -23,6 +23,40 @@ FORCE_MAG = 10.0
 TAU = 0.02
 THETA_THRESHOLD = 12 * 2 * math.pi / 360
 X_THRESHOLD = 2.4
+# Folded constants of the fast step (exact=False): the exact step keeps gymnasium's order of operations.
+FORCE_OVER_MASS = FORCE_MAG / TOTAL_MASS
+POLEMASS_LENGTH_OVER_MASS = POLEMASS_LENGTH / TOTAL_MASS
+LENGTH_FOUR_THIRDS = LENGTH * 4.0 / 3.0
+LENGTH_MASSPOLE_OVER_MASS = LENGTH * MASSPOLE / TOTAL_MASS
+
+
+def resolve_device(device: str | int | torch.device) -> torch.device:
+    """``torch.device(device)`` with the index of an accelerator filled in.
+
+    ``torch.device("cuda")`` has no index, while a tensor made on it reports ``cuda:0`` (the
+    current device), so the two never compare equal. This returns ``cuda:<current device>``
+    for an index-less accelerator device that is available, and the device unchanged otherwise
+    (``cpu``, ``meta``, an explicit index, or an accelerator this torch cannot see).
+
+    Example:
+        >>> import torch
+        >>> from fastvec.torch import resolve_device
+        >>> resolve_device("cpu")
+        device(type='cpu')
+        >>> resolve_device(torch.device("cpu")) == torch.empty(0).device
+        True
+        >>> resolve_device("cuda:1")
+        device(type='cuda', index=1)
+    """
+    dev = torch.device(device)
+    if dev.index is not None or dev.type in ("cpu", "meta"):
+        return dev
+    backend = getattr(torch, dev.type, None)
+    is_available = getattr(backend, "is_available", None)
+    current_device = getattr(backend, "current_device", None)
+    if callable(is_available) and callable(current_device) and is_available():
+        return torch.device(dev.type, current_device())
+    return dev
 
 
 class TorchCartPole(VectorEnv):
@@ -45,14 +79,23 @@ class TorchCartPole(VectorEnv):
     step for step. The default ``float32`` is faster and agrees within float32 rounding.
     Observations are always float32 (the observation space's dtype); rewards have ``dtype``.
 
+    ``exact=False`` takes a shorter step: the same equations with the constants folded and
+    multiply-adds fused (``addcmul``), 24 tensor ops (kernel launches on a GPU) instead of 36.
+    It is **not** bit-identical to gymnasium (float32: within ~1e-6 relative per step), and
+    its trajectories drift apart from the exact ones over many steps, as any reordering of
+    float arithmetic does; episodes, rewards and autoreset behave the same.
+
     Args:
         num_envs: number of envs (N).
-        device: torch device for every tensor (``"cpu"``, ``"cuda"``, ...).
+        device: torch device for every tensor (``"cpu"``, ``"cuda"``, ...); an index-less
+            ``"cuda"`` is resolved to the current device (see :func:`resolve_device`), so
+            that actions made on ``cuda:0`` are recognised as already on the env's device.
         dtype: ``torch.float32`` (default) or ``torch.float64`` for the state and rewards.
         seed: seed of the reset generator; ``None`` draws a fresh one.
         max_episode_steps: truncation horizon (500 for CartPole-v1).
         copy: if ``False``, ``step``/``reset`` return the env's own buffers, which the
             next call overwrites (fastest; copy what you keep). ``True`` returns clones.
+        exact: ``True`` (default) follows gymnasium op for op; ``False`` takes the fast step.
 
     Example:
         >>> import torch
@@ -68,6 +111,11 @@ class TorchCartPole(VectorEnv):
         (tensor([False, False, False]), tensor([False, False, False]))
         >>> env.final_obs.shape
         torch.Size([3, 4])
+        >>> fast = TorchCartPole(3, seed=0, exact=False)
+        >>> obs, info = fast.reset(seed=42)
+        >>> obs, reward, terminated, truncated, info = fast.step(torch.tensor([0, 1, 1]))
+        >>> reward
+        tensor([1., 1., 1.])
     """
 
     metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.SAME_STEP}
@@ -80,6 +128,7 @@ class TorchCartPole(VectorEnv):
         seed: int | None = None,
         max_episode_steps: int = 500,
         copy: bool = True,
+        exact: bool = True,
     ) -> None:
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)):
             raise TypeError(f"num_envs must be an int, got {type(num_envs).__name__}")
@@ -95,10 +144,11 @@ class TorchCartPole(VectorEnv):
             raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
 
         n = self.num_envs = int(num_envs)
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         self.dtype = dtype
         self.max_episode_steps = int(max_episode_steps)
         self.copy = bool(copy)
+        self.exact = bool(exact)
         self.render_mode = None
 
         high = np.array([X_THRESHOLD * 2, np.inf, THETA_THRESHOLD * 2, np.inf], dtype=np.float32)
@@ -142,7 +192,17 @@ class TorchCartPole(VectorEnv):
         self._c_length = const(LENGTH)
         self._c_tau = const(TAU)
         self._c_one = torch.tensor(1, device=self.device, dtype=torch.int32)
-        self._action_one: dict[torch.dtype, torch.Tensor] = {}  # 1 in each action dtype seen
+        # 1 in each integer action dtype, made here: making one in step() would copy from the
+        # host (a sync on a GPU, and not allowed while a CUDA graph is being captured).
+        self._action_one = {t: torch.tensor(1, device=self.device, dtype=t)
+                            for t in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)}
+        # Fast step (exact=False): folded constants and its own scratch buffers.
+        self._c_length_four_thirds = const(LENGTH_FOUR_THIRDS)
+        self._force_pos_over_mass = const(FORCE_OVER_MASS)
+        self._force_neg_over_mass = const(-FORCE_OVER_MASS)
+        self._acc = torch.empty(2, n, **kw)  # (xacc, thetaacc)
+        self._xacc, self._thetaacc = self._acc[0], self._acc[1]
+        self._num = torch.empty(n, **kw)
         self._c_max_steps = torch.tensor(self.max_episode_steps, device=self.device, dtype=torch.int32)
         # Views taken once (taking a view costs as much as a small op).
         self._sT = self._s.T
@@ -174,7 +234,7 @@ class TorchCartPole(VectorEnv):
 
     @state.setter
     def state(self, value: torch.Tensor | np.ndarray) -> None:
-        value = torch.as_tensor(value)
+        value = torch.as_tensor(value, device=self.device)
         if tuple(value.shape) != (self.num_envs, 4):
             raise ValueError(f"state must have shape ({self.num_envs}, 4), got {tuple(value.shape)}")
         self._s.T.copy_(value)
@@ -250,10 +310,13 @@ class TorchCartPole(VectorEnv):
             raise ValueError(f"actions must have shape ({self.num_envs},), got {tuple(actions.shape)}")
         if actions.dtype.is_floating_point or actions.dtype.is_complex:
             raise TypeError(f"actions must be integers (Discrete(2)), got {actions.dtype}")
-        if actions.device != self.device:
+        if actions.device != self.device:  # self.device has its index (resolve_device)
             actions = actions.to(self.device)
 
-        self._dynamics(actions)
+        if self.exact:
+            self._dynamics(actions)
+        else:
+            self._dynamics_fast(actions)
         self._autoreset()
         if self.copy:
             info = {"final_obs": self._final_obs.clone(), "_final_obs": self._done.clone()}
@@ -268,10 +331,7 @@ class TorchCartPole(VectorEnv):
         s, d = self._s, self._deriv
         c, sn, temp, t1, t2 = self._cos, self._sin, self._temp, self._t1, self._t2
 
-        one = self._action_one.get(actions.dtype)
-        if one is None:
-            one = self._action_one[actions.dtype] = torch.tensor(1, device=self.device, dtype=actions.dtype)
-        torch.eq(actions, one, out=self._push_right)
+        torch.eq(actions, self._one_like(actions), out=self._push_right)
         torch.where(self._push_right, self._force_pos, self._force_neg, out=self._force)
         if self._numpy_trig:
             np.cos(self._theta_np, out=self._cos_np)
@@ -301,6 +361,40 @@ class TorchCartPole(VectorEnv):
         d.mul_(self._c_tau)
         s.add_(d)
         # terminated: |x| > 2.4 or |theta| > 12 degrees (same as the four comparisons)
+        self._flags()
+
+    def _dynamics_fast(self, actions: torch.Tensor) -> None:
+        """The same Euler step with constants folded and multiply-adds fused: 13 ops, not 25.
+
+        temp     = force / total_mass + (polemass_length / total_mass) * theta_dot**2 * sin
+        thetaacc = (g * sin - cos * temp) / (length * 4/3 - (length * masspole / total_mass) * cos**2)
+        xacc     = temp - (polemass_length / total_mass) * thetaacc * cos
+        """
+        c, sn, temp, t1, num = self._cos, self._sin, self._temp, self._t1, self._num
+        torch.eq(actions, self._one_like(actions), out=self._push_right)
+        torch.where(self._push_right, self._force_pos_over_mass, self._force_neg_over_mass, out=temp)
+        torch.cos(self._theta, out=c)
+        torch.sin(self._theta, out=sn)
+        torch.mul(self._theta_dot, self._theta_dot, out=t1)
+        temp.addcmul_(t1, sn, value=POLEMASS_LENGTH_OVER_MASS)
+        torch.mul(sn, self._c_gravity, out=num)
+        num.addcmul_(c, temp, value=-1.0)
+        torch.addcmul(self._c_length_four_thirds, c, c, value=-LENGTH_MASSPOLE_OVER_MASS, out=t1)
+        torch.div(num, t1, out=self._thetaacc)
+        torch.addcmul(temp, self._thetaacc, c, value=-POLEMASS_LENGTH_OVER_MASS, out=self._xacc)
+        # Euler: positions move with the old velocities, then the velocities change.
+        self._s_pos.add_(self._s_vel, alpha=TAU)
+        self._s_vel.add_(self._acc, alpha=TAU)
+        self._flags()
+
+    def _one_like(self, actions: torch.Tensor) -> torch.Tensor:
+        one = self._action_one.get(actions.dtype)
+        if one is None:  # a rarer integer dtype: made once (a host copy, outside any graph capture)
+            one = self._action_one[actions.dtype] = torch.tensor(1, device=self.device, dtype=actions.dtype)
+        return one
+
+    def _flags(self) -> None:
+        """terminated: |x| > 2.4 or |theta| > 12 degrees; truncated: max_episode_steps reached."""
         torch.abs(self._s_pos, out=self._abs)
         torch.gt(self._abs, self._thresholds, out=self._over)
         torch.logical_or(self._over_x, self._over_theta, out=self._terminated)
@@ -323,4 +417,4 @@ class TorchCartPole(VectorEnv):
 
     def __repr__(self) -> str:
         return (f"TorchCartPole(num_envs={self.num_envs}, device={str(self.device)!r}, "
-                f"dtype={self.dtype})")
+                f"dtype={self.dtype}{'' if self.exact else ', exact=False'})")
