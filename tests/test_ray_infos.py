@@ -134,3 +134,15 @@ def test_the_documented_limit_of_mixed_types_within_a_shard():
     assert ref["k"].tolist() == [1.0, 0.0, 1.0, 0.5]
     assert out["k"].tolist() == [1.0, 0.0, 1.0, 1.0]
     assert_same(ref, merged(infos, 1))  # one shard: exact
+
+
+def test_import_fastvec_never_imports_ray():
+    import subprocess
+    import sys
+
+    code = ("import sys, fastvec, gymnasium as gym; from fastvec import bench; "
+            "gym.make_vec('CartPole-v1', 2, vectorization_mode='fastvec').close(); "
+            "print('ray' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "False"
