@@ -146,3 +146,28 @@ def test_import_fastvec_never_imports_ray():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "False"
+
+
+def test_runs_natively_follows_make_vec_routing():
+    import gymnasium as gym
+
+    from fastvec.registration import runs_natively
+
+    cases = [
+        (("CartPole-v1",), {}, True),
+        (("CartPole-v1",), {"vector_kwargs": {"native": False}}, False),
+        (("CartPole-v1",), {"vector_kwargs": {"num_workers": 2}}, False),
+        (("CartPole-v1",), {"vector_kwargs": {"backend": "ray"}}, False),
+        (("CartPole-v1",), {"wrappers": [gym.wrappers.RecordEpisodeStatistics]}, False),
+        (("Acrobot-v1", {"max_episode_steps": 9}), {}, True),
+        (("FrozenLake-v1",), {}, False),
+    ]
+    for args, kwargs, expected in cases:
+        assert runs_natively(*args, **kwargs) is expected, (args, kwargs)
+        env_kwargs = args[1] if len(args) > 1 else {}
+        built = gym.make_vec(args[0], 2, vectorization_mode="fastvec", wrappers=kwargs.get("wrappers"),
+                             vector_kwargs={k: v for k, v in kwargs.get("vector_kwargs", {}).items()
+                                            if k != "backend"}, **env_kwargs)
+        if "backend" not in kwargs.get("vector_kwargs", {}):
+            assert (type(built).__name__ == "NativeVectorEnv") is expected, (args, kwargs)
+        built.close()

@@ -52,7 +52,7 @@ _NATIVE_VECTOR_KWARGS = ("num_threads", "autoreset_mode", "exact", "copy")
 # vector_kwargs that RayVectorEnv itself takes (backend="ray"); the others go to its shards.
 _RAY_VECTOR_KWARGS = ("num_shards", "shard_options", "autoreset_mode", "batch_size", "copy", "start_timeout")
 
-__all__ = ["MODE", "install", "uninstall", "make_vec"]
+__all__ = ["MODE", "install", "uninstall", "make_vec", "runs_natively"]
 
 
 def _find_spec(env_id: str | EnvSpec) -> EnvSpec:
@@ -189,6 +189,24 @@ def _make_local(env_spec: EnvSpec, num_envs: int, backend_kwargs: dict, wrappers
 
         env = FastVectorEnv([create_single_env for _ in range(num_envs)], **backend_kwargs)
     return env
+
+
+def runs_natively(env_id: str | EnvSpec, env_kwargs: dict | None = None, wrappers: Sequence | None = None,
+                  vector_kwargs: dict | None = None) -> bool:
+    """Whether ``make_vec(env_id, vectorization_mode="fastvec", vector_kwargs=..., wrappers=...,
+    **env_kwargs)`` would build a NativeVectorEnv (in-process, no worker processes).
+
+    Code that builds fastvec envs inside a Ray worker asks this before it adds
+    ``context="forkserver"`` (for the worker processes of a FastVectorEnv), which the
+    native backend does not take.
+    """
+    vector_kwargs = dict(vector_kwargs or {})
+    native = vector_kwargs.pop("native", None)
+    if native is False or vector_kwargs.pop("backend", None) is not None:
+        return False
+    spec = _find_spec(env_id)
+    return native is True or _native_refusal(spec, {**spec.kwargs, **(env_kwargs or {})}, list(wrappers or []),
+                                             vector_kwargs) is None
 
 
 def _native_refusal(env_spec: EnvSpec, env_kwargs: dict, wrappers: list, backend_kwargs: dict) -> str | None:

@@ -17,6 +17,7 @@ Skipped (by ``python -m fastvec.bench``) where Ray is not installed.
 """
 from __future__ import annotations
 
+import importlib
 import time
 
 import gymnasium as gym
@@ -26,6 +27,9 @@ import ray
 from fastvec.bench import fmt_rate, fmt_time, interleaved_rates, print_table
 from fastvec.ray import RayVectorEnv
 from fastvec.vector.shared import FastVectorEnv
+
+# The async section's loops (its module name is a keyword: imported by name).
+_async_bench = importlib.import_module("fastvec._bench.async")
 
 
 class SleepEnv(gym.Env):
@@ -101,34 +105,6 @@ def overhead(quick: bool) -> dict[str, float]:
         ray.kill(noop)
 
 
-def _sync_sps(envs, steps: int) -> float:
-    actions = np.zeros(envs.num_envs, np.int64)
-    envs.reset(seed=0)
-    for _ in range(3):
-        envs.step(actions)
-    start = time.perf_counter()
-    for _ in range(steps):
-        envs.step(actions)
-    return steps * envs.num_envs / (time.perf_counter() - start)
-
-
-def _async_sps(envs: RayVectorEnv, steps: int) -> float:
-    envs.async_reset(seed=0)
-    done, start, warm = 0, 0.0, True
-    while True:
-        _, _, _, _, infos = envs.recv()
-        ids = infos["env_id"]
-        if warm and done >= 3 * envs.num_envs:
-            warm, done, start = False, 0, time.perf_counter()
-        done += len(ids)
-        envs.send(np.zeros(len(ids), np.int64), ids)
-        if not warm and done >= steps * envs.num_envs:
-            elapsed = time.perf_counter() - start
-            break
-    envs.reset()  # waits out what is in flight
-    return done / elapsed
-
-
 def _tianshou_sps(num_envs: int, steps: int) -> float | None:
     try:
         from tianshou.env import RayVectorEnv as TianshouRayVectorEnv
@@ -158,8 +134,8 @@ def scaling(quick: bool, per_shard: int = 4) -> list[dict]:
         sync = RayVectorEnv(fns, num_shards=shards)
         async_ = RayVectorEnv(fns, num_shards=shards, batch_size=per_shard)
         try:
-            rates = interleaved_rates({"sync": lambda: _sync_sps(sync, steps),
-                                       "async": lambda: _async_sps(async_, steps)}, rounds)
+            rates = interleaved_rates({"sync": lambda: _async_bench.sync_sps(sync, steps),
+                                       "async": lambda: _async_bench.async_sps(async_, steps * num_envs)}, rounds)
         finally:
             sync.close()
             async_.close()

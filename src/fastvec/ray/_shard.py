@@ -179,13 +179,10 @@ def _build(source: tuple, n: int, autoreset_mode, vector_kwargs: dict):
     else:
         _, env_id, env_kwargs, wrappers = source
         wrappers = list(wrappers or [])
-        spec = registration._find_spec(env_id)  # noqa: SLF001 - the same routing as make_vec's
-        refusal = "native=False" if native is False else registration._native_refusal(  # noqa: SLF001
-            spec, {**spec.kwargs, **env_kwargs}, wrappers, kwargs)
-        if native is True and refusal:
-            raise ValueError(f"native=True, but {spec.id} cannot run on NativeVectorEnv here: {refusal}")
-        if refusal is None:
+        if registration.runs_natively(env_id, env_kwargs, wrappers, {**kwargs, "native": native}):
             kwargs.setdefault("num_threads", cpus)
+            if native is not None:
+                kwargs["native"] = native  # (native=True that cannot be honoured: make_vec says why)
             return registration.make_vec(env_id, n, registration.MODE, kwargs, wrappers, **env_kwargs)
         fns = [_single_env_maker(env_id, env_kwargs, wrappers)] * n
     for key, value in multiprocess.items():
