@@ -247,6 +247,23 @@ def test_send_recv_per_env_equals_sync_and_none_starves(cluster, mode):
             assert_same(_info_row(theirs[4], 0), mine[4], f"env {i} step {t} infos")
 
 
+def test_recv_takes_shards_round_robin(cluster):
+    # One shard per recv, and before each recv every shard in flight has finished: the scan
+    # must start after the shard it returned last (a scan from shard 0 would return shard 0
+    # every time, the others never).
+    fns = [lambda: ToyEnv(max_len=50, info_prob=0.0) for _ in range(8)]
+    order = []
+    with RayVectorEnv(fns, num_shards=4, batch_size=2, shard_options=FREE,
+                      vector_kwargs={"num_workers": 1, "step_in_caller": True}) as envs:
+        envs.async_reset(seed=0)
+        for _ in range(20):
+            ray.wait(list(envs._inflight.values()), num_returns=len(envs._inflight), timeout=30)
+            *_, infos = envs.recv(timeout=30)
+            order.append(int(infos["env_id"][0]) // 2)
+            envs.send(np.zeros(2, np.int64))
+    assert order == [0, 1, 2, 3] * 5, order
+
+
 # -- faults --------------------------------------------------------------------------------
 def _crash_fns(n, crash_index, **kwargs):
     return [(lambda k=k: CrashEnv(**kwargs) if k == crash_index else CrashEnv(fail_at=10**9)) for k in range(n)]

@@ -540,18 +540,23 @@ class RayVectorEnv(VectorEnv):
         refs = [self._inflight[k] for k in order]
         deadline = None if timeout is None else time.perf_counter() + timeout
         while True:
-            # (a shard that died counts as ready: the _get below raises for it)
-            chunk = CHECK_INTERVAL_S if deadline is None else max(0.0, min(CHECK_INTERVAL_S, deadline - time.perf_counter()))
             if not ray.is_initialized():
                 self._died(order[0], None, "Ray was shut down (ray.shutdown()), and its actors with it")
-            ready, _ = ray.wait(refs, num_returns=want, timeout=chunk)
+            # Every shard ready now (a shard that died counts as ready: _get below raises
+            # for it); ray.wait chooses among more ready refs than asked for in an order of
+            # its own, so the rotation picks from all of them.
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
             if len(ready) >= want:
                 break
+            chunk = CHECK_INTERVAL_S if deadline is None else max(0.0, min(CHECK_INTERVAL_S, deadline - time.perf_counter()))
+            ready, _ = ray.wait(refs, num_returns=want, timeout=chunk)
+            if len(ready) >= want:
+                continue
             self._check_ready([(k, self._inflight[k]) for k in order])
             if deadline is not None and time.perf_counter() >= deadline:
                 raise multiprocessing.TimeoutError(f"The call to `recv` has timed out after {timeout} second(s).")
         ready_set = set(ready)
-        got = [k for k in order if self._inflight[k] in ready_set]
+        got = [k for k in order if self._inflight[k] in ready_set][:want]
         self._next_shard = (got[-1] + 1) % self.num_shards
         got.sort()
         pairs = [(k, self._inflight[k]) for k in got]
