@@ -7,15 +7,18 @@ also where Ray is not.
 """
 from __future__ import annotations
 
+import importlib.util
+import multiprocessing
+
 import gymnasium as gym
 import numpy as np
 import pytest
 
-pytest.importorskip("torchrl", reason="TorchRL is not installed: pip install torchrl")
+if importlib.util.find_spec("torchrl") is None:
+    pytest.skip("TorchRL is not installed: pip install torchrl", allow_module_level=True)
 
 import torch  # noqa: E402
 from gymnasium.vector import AutoresetMode, SyncVectorEnv  # noqa: E402
-from torchrl.envs.libs.gym import GymWrapper  # noqa: E402
 
 from fastvec import FastVectorEnv  # noqa: E402
 
@@ -24,8 +27,22 @@ FNS = [lambda: gym.make("CartPole-v1") for _ in range(4)]
 DISABLED = AutoresetMode.DISABLED
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _keep_start_method():
+    """``import torchrl`` sets multiprocessing's global start method to "spawn"; it is
+    imported here, not at collection, and the method put back after this module, so the
+    other tests' FastVectorEnvs keep Python's default."""
+    before = multiprocessing.get_start_method(allow_none=True)
+    import torchrl  # noqa: F401
+
+    yield
+    multiprocessing.set_start_method(before, force=True)
+
+
 def _rollout(vector_env, steps: int = 40):
     """Seeded rollout with a fixed, alternating policy; the TensorDict of it."""
+    from torchrl.envs.libs.gym import GymWrapper
+
     env = GymWrapper(vector_env)
     env.set_seed(7)
 
