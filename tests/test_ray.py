@@ -30,7 +30,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 import fastvec.ray  # noqa: E402
 import fastvec.ray.vector_env  # noqa: E402
-from fastvec import FastVectorEnv, RemoteTraceback, WorkerDiedError  # noqa: E402
+from fastvec import RemoteTraceback, WorkerDiedError  # noqa: E402
 from fastvec.ray import RayVectorEnv, fault_detection_config  # noqa: E402
 from helpers import assert_same, run_side_by_side  # noqa: E402
 from toy_envs import CrashEnv, ToyEnv  # noqa: E402
@@ -389,18 +389,30 @@ def test_close_gc_and_interpreter_exit_leave_nothing(cluster):
 
 
 def test_fastvec_env_in_a_driver_that_called_ray_init(cluster):
-    # This process is a Ray driver: FastVectorEnv with forkserver, and with the default start
-    # method, starts, steps and closes cleanly.
-    assert ray.is_initialized()
-    for context in ("forkserver", None):
-        fns = [lambda: gym.make("CartPole-v1") for _ in range(4)]
-        ref = SyncVectorEnv(fns)
-        with FastVectorEnv(fns, num_workers=2, context=context) as envs:
-            run_side_by_side(ref, envs, seed=0, steps=50)
-            processes = envs.processes
-        for p in processes:
-            p.join(5)
-            assert not p.is_alive()
+    # A Ray driver (Ray's threads running) builds, steps and closes FastVectorEnvs with
+    # forkserver and with the default start method. In a subprocess, so that a hang (the
+    # known risk of forking a process with Ray's threads) fails the test instead of the run.
+    script = textwrap.dedent(f"""
+        import sys, ray, gymnasium as gym
+        sys.path.insert(0, {TESTS!r})
+        from gymnasium.vector import SyncVectorEnv
+        from fastvec import FastVectorEnv
+        from helpers import run_side_by_side
+        ray.init(address={cluster.address!r}, log_to_driver=False)
+        assert ray.is_initialized()
+        for context in ("forkserver", None):
+            fns = [lambda: gym.make("CartPole-v1") for _ in range(4)]
+            with FastVectorEnv(fns, num_workers=2, context=context) as envs:
+                run_side_by_side(SyncVectorEnv(fns), envs, seed=0, steps=50)
+                processes = envs.processes
+            for p in processes:
+                p.join(5)
+                assert not p.is_alive()
+            print("ok", context)
+        """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["ok", "forkserver", "ok", "None"]
 
 
 def test_make_vec_routes_to_ray_and_its_spec_rebuilds_it(cluster):
