@@ -45,6 +45,7 @@ def cluster():
     # Workers import the envs of these tests (toy_envs, this module) by name.
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([TESTS] + ([old] if old else []))
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report from test clusters
     if ray.is_initialized():
         ray.shutdown()
     c = Cluster(initialize_head=True, head_node_args={

@@ -7,6 +7,7 @@ FastVectorEnv case also checks that its workers start (forkserver) and stop ther
 from __future__ import annotations
 
 import doctest
+import os
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ import fastvec.integrations.rllib as rllib  # noqa: E402
 
 @pytest.fixture(scope="module")
 def local_ray():
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         yield
