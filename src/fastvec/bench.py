@@ -28,6 +28,7 @@ SECTIONS = {
     "flatten": "Space flatten/unflatten vs gymnasium.spaces",
     "torch": "Device-resident TorchCartPole",
     "real": "MuJoCo and Atari Pong on every vector backend vs the cores' limit (the `real` extra)",
+    "ray": "RayVectorEnv: one shard's round trip vs local stepping, scaling over shards (the `ray` extra)",
 }
 
 

@@ -19,7 +19,11 @@ Which backend a ``"fastvec"`` call gets:
 - otherwise :class:`fastvec.FastVectorEnv` (worker processes) over
   ``gymnasium.make(id, **kwargs)`` with the ``wrappers`` applied, built with the
   remaining ``vector_kwargs``. ``native=True`` makes a call that cannot run
-  natively an error instead.
+  natively an error instead;
+- :class:`fastvec.ray.RayVectorEnv` with ``vector_kwargs["backend"] == "ray"`` (needs
+  Ray): its own keywords (``num_shards``, ``shard_options``, ``autoreset_mode``,
+  ``batch_size``, ``copy``, ``start_timeout``) go to it, the others to each shard, which
+  picks its local backend by the two rules above. ``make_vec(envs.spec)`` rebuilds it.
 
 Example:
     >>> import gymnasium as gym
@@ -45,8 +49,10 @@ from gymnasium.envs.registration import EnvSpec
 
 MODE = "fastvec"
 _NATIVE_VECTOR_KWARGS = ("num_threads", "autoreset_mode", "exact", "copy")
+# vector_kwargs that RayVectorEnv itself takes (backend="ray"); the others go to its shards.
+_RAY_VECTOR_KWARGS = ("num_shards", "shard_options", "autoreset_mode", "batch_size", "copy", "start_timeout")
 
-__all__ = ["MODE", "install", "uninstall", "make_vec"]
+__all__ = ["MODE", "install", "uninstall", "make_vec", "runs_natively"]
 
 
 def _find_spec(env_id: str | EnvSpec) -> EnvSpec:
@@ -109,6 +115,47 @@ def make_vec(
         )
 
     backend_kwargs = dict(vector_kwargs)
+    backend = backend_kwargs.pop("backend", None)
+    if backend == "ray":
+        env = _make_ray(env_spec, num_envs, backend_kwargs, wrappers, spec_kwargs)
+    elif backend is not None:
+        raise ValueError(f"unknown vector_kwargs backend={backend!r} for vectorization_mode='fastvec'; "
+                         "expected 'ray' or none (local: NativeVectorEnv or FastVectorEnv)")
+    else:
+        env = _make_local(env_spec, num_envs, backend_kwargs, wrappers, spec_kwargs)
+
+    recorded = copy.deepcopy(env_spec)
+    recorded.kwargs = spec_kwargs.copy()
+    if num_envs != 1:
+        recorded.kwargs["num_envs"] = num_envs
+    recorded.kwargs["vectorization_mode"] = MODE
+    if vector_kwargs:
+        recorded.kwargs["vector_kwargs"] = vector_kwargs
+    if wrappers:
+        recorded.kwargs["wrappers"] = wrappers
+    env.unwrapped.spec = recorded
+    return env
+
+
+def _make_ray(env_spec: EnvSpec, num_envs: int, backend_kwargs: dict, wrappers: list, spec_kwargs: dict):
+    """``backend="ray"``: a RayVectorEnv whose shards build the envs from the spec (their own
+    backend chosen in each shard by the rules below)."""
+    from fastvec.ray import RayVectorEnv
+
+    ray_kwargs = {key: backend_kwargs.pop(key) for key in _RAY_VECTOR_KWARGS if key in backend_kwargs}
+    accepted = _fastvec_kwargs() | set(_NATIVE_VECTOR_KWARGS) | {"native"}
+    unknown = sorted(set(backend_kwargs) - accepted)
+    if unknown:
+        raise TypeError(
+            f"unknown vector_kwargs {unknown} for vectorization_mode='fastvec' with backend='ray'; expected some "
+            f"of {sorted(accepted | set(_RAY_VECTOR_KWARGS) | {'backend'})}"
+        )
+    return RayVectorEnv(env_spec, num_envs, env_kwargs=spec_kwargs.copy(), wrappers=wrappers,
+                        vector_kwargs=backend_kwargs, **ray_kwargs)
+
+
+def _make_local(env_spec: EnvSpec, num_envs: int, backend_kwargs: dict, wrappers: list, spec_kwargs: dict):
+    """NativeVectorEnv or FastVectorEnv, by the rules in the module docstring."""
     native = backend_kwargs.pop("native", None)
     accepted = _fastvec_kwargs() | set(_NATIVE_VECTOR_KWARGS)
     unknown = sorted(set(backend_kwargs) - accepted)
@@ -141,18 +188,25 @@ def make_vec(
             return single_env
 
         env = FastVectorEnv([create_single_env for _ in range(num_envs)], **backend_kwargs)
-
-    recorded = copy.deepcopy(env_spec)
-    recorded.kwargs = spec_kwargs.copy()
-    if num_envs != 1:
-        recorded.kwargs["num_envs"] = num_envs
-    recorded.kwargs["vectorization_mode"] = MODE
-    if vector_kwargs:
-        recorded.kwargs["vector_kwargs"] = vector_kwargs
-    if wrappers:
-        recorded.kwargs["wrappers"] = wrappers
-    env.unwrapped.spec = recorded
     return env
+
+
+def runs_natively(env_id: str | EnvSpec, env_kwargs: dict | None = None, wrappers: Sequence | None = None,
+                  vector_kwargs: dict | None = None) -> bool:
+    """Whether ``make_vec(env_id, vectorization_mode="fastvec", vector_kwargs=..., wrappers=...,
+    **env_kwargs)`` would build a NativeVectorEnv (in-process, no worker processes).
+
+    Code that builds fastvec envs inside a Ray worker asks this before it adds
+    ``context="forkserver"`` (for the worker processes of a FastVectorEnv), which the
+    native backend does not take.
+    """
+    vector_kwargs = dict(vector_kwargs or {})
+    native = vector_kwargs.pop("native", None)
+    if native is False or vector_kwargs.pop("backend", None) is not None:
+        return False
+    spec = _find_spec(env_id)
+    return native is True or _native_refusal(spec, {**spec.kwargs, **(env_kwargs or {})}, list(wrappers or []),
+                                             vector_kwargs) is None
 
 
 def _native_refusal(env_spec: EnvSpec, env_kwargs: dict, wrappers: list, backend_kwargs: dict) -> str | None:

@@ -1,0 +1,863 @@
+"""RayVectorEnv: a Gymnasium vector env whose envs run in Ray actors, a shard per actor."""
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+import time
+import weakref
+from enum import Enum
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import ray
+from gymnasium import Env, logger
+from gymnasium.envs.registration import EnvSpec
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from fastvec.errors import (
+    AlreadyPendingCallError,
+    ClosedEnvironmentError,
+    NoAsyncCallError,
+    RemoteTraceback,
+    WorkerDiedError,
+    WorkerError,
+)
+from fastvec.ray._infos import merge_infos
+from fastvec.ray._packing import (
+    action_leaves,
+    batch_length,
+    encode_actions,
+    fixed_fields,
+    result_dtype,
+    take_rows,
+)
+from fastvec.ray._shard import Failure, Shard, shard_ranges
+from fastvec.spaces import Layout
+from fastvec.vector._arguments import seeds_per_env, split_reset_options
+
+__all__ = ["RayVectorEnv", "DEFAULT_SHARD_OPTIONS"]
+
+#: Ray actor options every shard gets unless ``shard_options`` says otherwise: one CPU
+#: reserved, shards spread over the nodes, no restart (a restarted shard would have lost
+#: its envs' state: a fault closes the vector env instead, as in FastVectorEnv).
+DEFAULT_SHARD_OPTIONS = {"num_cpus": 1, "scheduling_strategy": "SPREAD", "max_restarts": 0, "max_task_retries": 0}
+
+# How often a wait on the shards checks whether one of them has died while others are
+# still busy (ray.get of several refs raises only once all are ready).
+CHECK_INTERVAL_S = 0.25
+
+_ACTOR_CLASS = None
+
+
+def _actor_class():
+    global _ACTOR_CLASS
+    if _ACTOR_CLASS is None:
+        _ACTOR_CLASS = ray.remote(Shard)
+    return _ACTOR_CLASS
+
+
+class _State(Enum):
+    DEFAULT = "default"
+    WAITING_RESET = "reset"
+    WAITING_STEP = "step"
+    WAITING_CALL = "call"
+
+
+def _kill_actors(actors: list) -> None:
+    """End every shard at once (garbage collection, interpreter exit, a fault)."""
+    if not ray.is_initialized():
+        return
+    for actor in actors:
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception:
+            pass
+
+
+class RayVectorEnv(VectorEnv):
+    """A Gymnasium vector env over Ray: the envs split into shards, one Ray actor each.
+
+    Env ``i`` of ``num_envs`` lives in the shard that holds the contiguous range around it
+    (shards in env order, sizes differing by at most one). Each shard is a Ray actor that
+    holds a local fastvec vector env (:class:`fastvec.FastVectorEnv` with its worker
+    processes started by ``forkserver``, or :class:`fastvec.NativeVectorEnv` for the
+    compiled ids); one step is one actor call per shard, the actions of the shard's envs
+    in one bytes argument and its results back in one packed record (plus infos, only when
+    some env returned one), copied into preallocated batch arrays.
+
+    For the same seeds and actions it returns what ``SyncVectorEnv`` returns
+    (``reset(seed=s)`` seeds env ``i`` with ``s + i``), in every autoreset mode, infos
+    included (see ``fastvec.ray._infos`` for the merge), and it has FastVectorEnv's API:
+    ``step_async``/``step_wait``, ``reset_async``/``reset_wait``, ``call``, ``get_attr``,
+    ``set_attr``, ``render``, and ``send``/``recv`` with ``batch_size < num_envs``.
+
+    Example (a local Ray is started if none is running; ``num_cpus=0`` lets the shards
+    share whatever CPUs there are):
+        >>> import gymnasium as gym
+        >>> import numpy as np
+        >>> from fastvec.ray import RayVectorEnv
+        >>> envs = RayVectorEnv([lambda: gym.make("Acrobot-v1") for _ in range(4)], num_shards=2,
+        ...                     shard_options={"num_cpus": 0})
+        >>> obs, infos = envs.reset(seed=42)
+        >>> obs.shape, envs.shard_ranges, envs.backends
+        ((4, 6), [(0, 2), (2, 4)], ('FastVectorEnv', 'FastVectorEnv'))
+        >>> obs, rewards, terminations, truncations, infos = envs.step(np.array([0, 1, 2, 1]))
+        >>> rewards
+        array([-1., -1., -1., -1.])
+        >>> envs.close()
+
+    Args:
+        env_fns: an env id (``"CartPole-v1"``, ``"module:Env-v0"`` or an ``EnvSpec``:
+            each shard builds its envs with ``gymnasium.make``, only the id and
+            ``env_kwargs`` travel) or a sequence of env constructors (cloudpickled to the
+            shards, as AsyncVectorEnv's).
+        num_envs: how many envs (with an env id; ``len(env_fns)`` otherwise).
+        num_shards: how many actors. Default: one per alive Ray node, at most ``num_envs``.
+        env_kwargs: keyword arguments of ``gymnasium.make`` (env id only).
+        wrappers: wrappers applied to each env (env id only), as in ``make_vec``.
+        vector_kwargs: keyword arguments of each shard's local vector env, as
+            ``make_vec(..., vectorization_mode="fastvec", vector_kwargs=...)`` takes them
+            (``native``, ``num_workers``, ``context``, ``step_in_caller``, ...). Defaults in a
+            shard: ``context="forkserver"``, ``num_workers`` = the CPUs Ray reserved for
+            it, ``pin_workers=False``; NativeVectorEnv: ``num_threads`` = those CPUs.
+        shard_options: Ray actor options (``num_cpus``, ``resources``,
+            ``scheduling_strategy``, ``runtime_env``, ...) over :data:`DEFAULT_SHARD_OPTIONS`:
+            one dict for every shard, or a list of one per shard.
+        autoreset_mode: ``NEXT_STEP`` (default), ``SAME_STEP`` or ``DISABLED``.
+        batch_size: envs returned per :meth:`recv` (send/recv stepping); default
+            ``num_envs``. With ``batch_size < num_envs`` a recv returns whole shards: the
+            shards must be of one size and ``batch_size`` a multiple of it.
+        copy: return fresh arrays (default); ``False`` returns the batch buffers, which
+            the next ``step``/``reset`` overwrites.
+        start_timeout: seconds to wait for the shards to be placed and to build their
+            envs before giving up (a shard Ray cannot place waits forever otherwise).
+
+    Faults: an exception of an env comes back with its own type, ``exc.env_index`` the
+    global index, and the shard's traceback as ``exc.__cause__``
+    (:class:`fastvec.RemoteTraceback`); after one in ``step``/``reset`` the vector env is
+    closed. A shard that dies (its actor killed, its node lost, Ray shut down) raises
+    :class:`fastvec.WorkerDiedError` naming the shard, its envs and its node, and closes the
+    vector env. How soon a lost node is noticed is Ray's health check's business: see
+    :func:`fastvec.ray.fault_detection_config`.
+    """
+
+    closed = True
+
+    def __init__(
+        self,
+        env_fns: str | EnvSpec | Sequence[Callable[[], Env]],
+        num_envs: int | None = None,
+        *,
+        num_shards: int | None = None,
+        env_kwargs: dict[str, Any] | None = None,
+        wrappers: Sequence[Callable[[Env], Env]] | None = None,
+        vector_kwargs: dict[str, Any] | None = None,
+        shard_options: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        batch_size: int | None = None,
+        copy: bool = True,
+        start_timeout: float = 120.0,
+    ) -> None:
+        self._actors: list | None = None
+        self._finalizer = None
+        self.closed = False
+        # -- what to build -------------------------------------------------------------
+        if isinstance(env_fns, (str, EnvSpec)):
+            if num_envs is None:
+                raise TypeError("RayVectorEnv(env_id, num_envs): num_envs is required with an env id")
+            self.env_id = env_fns if isinstance(env_fns, str) else env_fns.id
+            self.env_fns = None
+            env_kwargs = dict(env_kwargs or {})
+            wrappers = list(wrappers or [])
+        else:
+            if env_kwargs or wrappers:
+                raise TypeError("env_kwargs and wrappers go with an env id; put them in the env_fns instead")
+            try:
+                env_fns = list(env_fns)
+            except TypeError:
+                raise TypeError(f"env_fns must be an env id or a sequence of callables, got {type(env_fns).__name__}") from None
+            if not env_fns or not all(callable(fn) for fn in env_fns):
+                raise TypeError("env_fns must be a non-empty sequence of callables that build envs")
+            if num_envs is not None and num_envs != len(env_fns):
+                raise ValueError(f"num_envs={num_envs} but {len(env_fns)} env_fns")
+            num_envs = len(env_fns)
+            self.env_id = None
+            self.env_fns = env_fns
+        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        self.num_envs = int(num_envs)
+        self.autoreset_mode = autoreset_mode if isinstance(autoreset_mode, AutoresetMode) else AutoresetMode(autoreset_mode)
+        self._autoreset_disabled = self.autoreset_mode is AutoresetMode.DISABLED
+        self.copy = bool(copy)
+        vector_kwargs = dict(vector_kwargs or {})
+        if "autoreset_mode" in vector_kwargs:
+            raise TypeError("pass autoreset_mode to RayVectorEnv itself, not in vector_kwargs")
+        if not ray.is_initialized():
+            ray.init()
+        if num_shards is None:
+            num_shards = min(self.num_envs, max(1, sum(1 for node in ray.nodes() if node.get("Alive"))))
+        if isinstance(num_shards, bool) or not isinstance(num_shards, (int, np.integer)) or not 1 <= num_shards <= self.num_envs:
+            raise ValueError(f"num_shards must be an int in [1, num_envs={self.num_envs}], got {num_shards!r}")
+        self.num_shards = int(num_shards)
+        self._ranges = shard_ranges(self.num_envs, self.num_shards)
+        self._starts = [a for a, _ in self._ranges]
+        self._stops = [b for _, b in self._ranges]
+        if batch_size is None:
+            batch_size = self.num_envs
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or not 1 <= batch_size <= self.num_envs:
+            raise ValueError(f"batch_size must be an int in [1, num_envs={self.num_envs}], got {batch_size!r}")
+        if batch_size < self.num_envs:
+            per_shard = self.num_envs // self.num_shards
+            if self.num_envs % self.num_shards or batch_size % per_shard:
+                raise ValueError(
+                    f"send/recv returns whole shards: num_envs={self.num_envs} must be a multiple of "
+                    f"num_shards={self.num_shards}, and batch_size={batch_size} a multiple of the envs per "
+                    f"shard ({self.num_envs / self.num_shards:g})"
+                )
+        self.batch_size = int(batch_size)
+        if shard_options is None or isinstance(shard_options, dict):
+            per_shard_options = [dict(shard_options or {}) for _ in range(self.num_shards)]
+        else:
+            per_shard_options = [dict(o) for o in shard_options]
+            if len(per_shard_options) != self.num_shards:
+                raise ValueError(f"{len(per_shard_options)} shard_options for {self.num_shards} shards")
+        self.shard_options = [{**DEFAULT_SHARD_OPTIONS, **o} for o in per_shard_options]
+
+        # -- the shards ------------------------------------------------------------------
+        actor_class = _actor_class()
+        actors = []
+        self._actors = actors
+        self._finalizer = weakref.finalize(self, _kill_actors, actors)
+        try:
+            for k, (start, stop) in enumerate(self._ranges):
+                if self.env_fns is not None:
+                    source = ("fns", self.env_fns[start:stop])
+                else:
+                    source = ("id", env_fns, env_kwargs, wrappers)
+                actors.append(actor_class.options(**self.shard_options[k]).remote(
+                    k, stop - start, source, self.autoreset_mode, vector_kwargs))
+            self._nodes: list[dict] = [{} for _ in actors]
+            hellos = self._hellos(start_timeout)
+        except BaseException:
+            self._finalizer()
+            self._actors = None
+            self.closed = True
+            raise
+        self._setup(hellos)
+
+    # -- construction ------------------------------------------------------------------
+    def _hellos(self, timeout: float) -> list[dict]:
+        refs = [actor.hello.remote() for actor in self._actors]
+        ready, waiting = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        if waiting:
+            missing = [refs.index(ref) for ref in waiting]
+            raise TimeoutError(
+                f"RayVectorEnv: shards {missing} were not placed or did not build their envs within "
+                f"start_timeout={timeout} s (they ask for {[self.shard_options[k] for k in missing[:1]]}; "
+                f"the cluster has {ray.available_resources()} available)"
+            )
+        hellos = []
+        for k, ref in enumerate(refs):
+            try:
+                hello = ray.get(ref)
+            except ray.exceptions.RayError as exc:
+                raise WorkerDiedError(f"RayVectorEnv shard {k} (envs {self._env_range(k)}) died while starting: "
+                                      f"{exc}", k) from exc
+            if isinstance(hello, Failure):
+                self._raise_failure(k, hello, note_closed=True)
+            hellos.append(hello)
+            self._nodes[k] = {"node_id": hello["node_id"], "node_ip": hello["node_ip"], "pid": hello["pid"]}
+        return hellos
+
+    def _setup(self, hellos: list[dict]) -> None:
+        first = hellos[0]
+        self.single_observation_space = first["single_observation_space"]
+        self.single_action_space = first["single_action_space"]
+        for k, hello in enumerate(hellos[1:], 1):
+            if hello["single_observation_space"] != self.single_observation_space:
+                self.close(terminate=True)
+                raise RuntimeError(f"shard {k}'s observation space {hello['single_observation_space']} differs from "
+                                   f"shard 0's {self.single_observation_space}")
+            if hello["single_action_space"] != self.single_action_space:
+                self.close(terminate=True)
+                raise RuntimeError(f"shard {k}'s action space {hello['single_action_space']} differs from "
+                                   f"shard 0's {self.single_action_space}")
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self.metadata = dict(first["metadata"])
+        self.metadata["autoreset_mode"] = self.autoreset_mode
+        self.render_mode = first["render_mode"]
+        self.backends = tuple(hello["backend"] for hello in hellos)
+
+        self._obs_layout = Layout(self.single_observation_space, objects=True)
+        self._act_layout = Layout(self.single_action_space, objects=True)
+        self._fields = fixed_fields(self._obs_layout)
+        self._obs_bufs = [None if name is None else np.zeros((self.num_envs, *leaf.shape), leaf.dtype)
+                          for name, leaf in zip(self._fields, self._obs_layout.leaves)]
+        self._obs_objects = [[None] * self.num_envs if name is None else None for name in self._fields]
+        self._rewards = np.zeros(self.num_envs, np.float64)
+        self._terminations = np.zeros(self.num_envs, np.bool_)
+        self._truncations = np.zeros(self.num_envs, np.bool_)
+        # Per shard: its record dtype and (batch view, field) pairs to copy a reply into.
+        self._record_dtypes = []
+        self._copies = []
+        for start, stop in self._ranges:
+            self._record_dtypes.append(result_dtype(self._obs_layout, stop - start))
+            pairs = [(buf[start:stop], name) for buf, name in zip(self._obs_bufs, self._fields) if name is not None]
+            pairs += [(self._rewards[start:stop], "rewards"), (self._terminations[start:stop], "terminations"),
+                      (self._truncations[start:stop], "truncations")]
+            self._copies.append(pairs)
+        self._single_obs = self._obs_bufs[0] if self._obs_layout.is_leaf and self._fields[0] is not None else None
+        self._step_methods = [actor.step for actor in self._actors]
+        self._state = _State.DEFAULT
+        self._pending: list[tuple[int, Any]] = []  # (shard, ref) of the call in progress
+        self._autoreset_envs = np.zeros(self.num_envs, np.bool_)
+        self._all_shards = list(range(self.num_shards))
+        self._all_rows = np.arange(self.num_envs)
+        # send/recv: the shards with a command out (shard -> ref), those handed back by recv
+        self._inflight: dict[int, Any] = {}
+        self._ready = set(self._all_shards)
+        self._next_shard = 0
+        self._shard_of_env = np.repeat(np.arange(self.num_shards), np.diff([0, *self._stops]))
+        self._nodes_checked = time.monotonic()
+
+    # -- properties ----------------------------------------------------------------------
+    @property
+    def actors(self) -> list:
+        """The shards' Ray actor handles, in shard order (empty once closed)."""
+        return list(self._actors or [])
+
+    @property
+    def shard_nodes(self) -> list[dict]:
+        """Per shard: ``node_id``, ``node_ip`` and the actor's ``pid``."""
+        return [dict(node) for node in self._nodes]
+
+    @property
+    def shard_ranges(self) -> list[tuple[int, int]]:
+        """Per shard: the (start, stop) of its envs."""
+        return list(self._ranges)
+
+    # -- the step ------------------------------------------------------------------------
+    def step(self, actions):
+        """Step every env with its action; returns (obs, rewards, terminations, truncations, infos)."""
+        self.step_async(actions)
+        return self.step_wait()
+
+    def step_async(self, actions) -> None:
+        """Send each shard its envs' actions and return at once (AsyncVectorEnv API)."""
+        self._assert_is_running()
+        self._assert_idle("step_async")
+        if self.batch_size < self.num_envs:
+            raise RuntimeError(f"this RayVectorEnv has batch_size={self.batch_size} < num_envs={self.num_envs}: "
+                               "step it with send(actions, env_ids) / recv()")
+        if self._inflight:
+            raise AlreadyPendingCallError("send/recv has commands in flight: recv() them first", "recv")
+        if self._autoreset_disabled and self._autoreset_envs.any():
+            envs = np.flatnonzero(self._autoreset_envs).tolist()
+            raise AssertionError(f"envs {envs} terminated or truncated and autoreset_mode=DISABLED: reset them with "
+                                 "`reset(options={'reset_mask': mask})` before stepping again")
+        parts = self._split_actions(actions, self._all_shards, None)
+        self._check_ray()
+        self._pending = [(k, method.remote(part)) for k, (method, part) in enumerate(zip(self._step_methods, parts))]
+        self._state = _State.WAITING_STEP
+
+    def step_wait(self, timeout: float | None = None):
+        """Wait for the step sent by :meth:`step_async`; ``multiprocessing.TimeoutError`` after ``timeout`` s."""
+        self._expect(_State.WAITING_STEP, "step_wait")
+        replies = self._get(self._pending, timeout, "step_wait")
+        self._state = _State.DEFAULT
+        infos = self._unpack(replies, self._all_rows_of, self.num_envs)
+        if self._autoreset_disabled:
+            np.logical_or(self._terminations, self._truncations, out=self._autoreset_envs)
+        return self._observations(), self._out(self._rewards), self._out(self._terminations), self._out(self._truncations), infos
+
+    def _all_rows_of(self, k: int) -> np.ndarray:
+        return self._all_rows[self._starts[k]:self._stops[k]]
+
+    def _out(self, array: np.ndarray) -> np.ndarray:
+        return array.copy() if self.copy else array
+
+    def _split_actions(self, actions, shards: list[int], positions: dict[int, slice | np.ndarray] | None) -> list:
+        """Each shard's part of the batch: bytes when every leaf is a numeric array of the
+        batch's shape, else the batch's own form cut to the shard's rows. ``positions``:
+        the rows of ``actions`` that go to each shard (default: the shard's env range)."""
+        count = batch_length(self.single_action_space, actions)
+        expected = self.num_envs if positions is None else sum(self._stops[k] - self._starts[k] for k in shards)
+        if count != expected:
+            raise ValueError(f"{count} actions for {expected} envs (single action space {self.single_action_space})")
+        rows = [slice(self._starts[k], self._stops[k]) if positions is None else positions[k] for k in shards]
+        leaves = action_leaves(self._act_layout, actions, count)
+        if leaves is not None:
+            return [encode_actions(leaves, r) for r in rows]
+        return [take_rows(self.single_action_space, actions, r) for r in rows]
+
+    def _unpack(self, replies: list[tuple[int, Any]], rows_of: Callable[[int], np.ndarray], total: int) -> dict:
+        """Copy each shard's record into the batch arrays; merge the infos over ``total`` rows
+        (shard k's envs at ``rows_of(k)``). Failures are raised (all logged first)."""
+        failures = [(k, reply) for k, reply in replies if type(reply) is Failure]
+        if failures:
+            self._raise_failures(failures, close=True)
+        infos: dict[str, Any] = {}
+        for k, reply in replies:
+            if type(reply) is bytes:
+                data, shard_infos, objects = reply, None, None
+            else:
+                data, shard_infos, objects = reply
+            record = np.frombuffer(data, self._record_dtypes[k])
+            for view, name in self._copies[k]:
+                view[...] = record[name][0]
+            if objects is not None:
+                start, stop = self._starts[k], self._stops[k]
+                values = iter(objects)
+                for store in self._obs_objects:
+                    if store is not None:
+                        store[start:stop] = next(values)
+            if shard_infos:
+                merge_infos(infos, shard_infos, rows_of(k), total)
+        return infos
+
+    def _observations(self):
+        if self._single_obs is not None:
+            return self._out(self._single_obs)
+        return self._observation_rows(slice(None))
+
+    def _observation_rows(self, rows: slice | np.ndarray):
+        view = isinstance(rows, slice) and not self.copy
+        leaves = []
+        for buf, store in zip(self._obs_bufs, self._obs_objects):
+            if buf is None:
+                leaves.append(tuple(store[rows] if isinstance(rows, slice) else [store[i] for i in rows.tolist()]))
+            else:
+                leaves.append(buf[rows] if view or not isinstance(rows, slice) else buf[rows].copy())
+        return leaves[0] if self._obs_layout.is_leaf else self._obs_layout.join(leaves)
+
+    # -- reset ------------------------------------------------------------------------------
+    def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None):
+        """Reset the envs (all, or those in ``options["reset_mask"]``); env i gets seed + i."""
+        self.reset_async(seed=seed, options=options)
+        return self.reset_wait()
+
+    def reset_async(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
+        """Send the resets to the shards and return at once (AsyncVectorEnv API)."""
+        self._assert_is_running()
+        self._assert_idle("reset_async")
+        seeds = seeds_per_env(seed, self.num_envs)
+        options, mask = split_reset_options(options, self.num_envs)
+        self._drain()
+        self._check_ray()
+        pending = []
+        for k, actor in enumerate(self._actors):
+            start, stop = self._starts[k], self._stops[k]
+            shard_options = options
+            if mask is not None:
+                if not mask[start:stop].any():
+                    continue
+                shard_options = dict(options or {})
+                shard_options["reset_mask"] = mask[start:stop].copy()
+            pending.append((k, actor.reset.remote(seeds[start:stop], shard_options)))
+        if mask is None:
+            self._autoreset_envs[:] = False
+        else:
+            self._autoreset_envs[mask] = False
+        self._pending = pending
+        self._state = _State.WAITING_RESET
+
+    def reset_wait(self, timeout: float | None = None):
+        """Wait for the resets sent by :meth:`reset_async`; returns (obs, infos)."""
+        self._expect(_State.WAITING_RESET, "reset_wait")
+        replies = self._get(self._pending, timeout, "reset_wait")
+        self._state = _State.DEFAULT
+        infos = self._unpack(replies, self._all_rows_of, self.num_envs)
+        return self._observations(), infos
+
+    # -- async: send / recv ----------------------------------------------------------------
+    def async_reset(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
+        """Start resetting the envs; their first observations come from :meth:`recv` (EnvPool API)."""
+        self.reset_async(seed=seed, options=options)
+        self._inflight = dict(self._pending)
+        self._pending = []
+        self._ready = set(self._all_shards) - set(self._inflight)
+        self._state = _State.DEFAULT
+
+    def send(self, actions, env_ids=None) -> None:
+        """Start stepping the envs ``env_ids`` (whole shards not already stepping) with
+        ``actions`` (row k for env ``env_ids[k]``). Default ``env_ids``: every env handed
+        back by the last :meth:`recv` (all envs after :meth:`reset`)."""
+        self._assert_is_running()
+        self._assert_idle("send")
+        if env_ids is None:
+            shards = sorted(self._ready)
+            env_ids = np.concatenate([self._all_rows_of(k) for k in shards]) if shards else np.zeros(0, np.int64)
+        shards, positions = self._send_targets(env_ids)
+        busy = [k for k in shards if k in self._inflight]
+        if busy:
+            raise ValueError(f"envs of shards {busy} are still stepping: recv() them before sending them new actions")
+        if self._autoreset_disabled:
+            done = [k for k in shards if self._autoreset_envs[self._starts[k]:self._stops[k]].any()]
+            if done:
+                raise AssertionError(f"envs of shards {done} terminated or truncated and autoreset_mode=DISABLED: "
+                                     "reset them before stepping again")
+        parts = self._split_actions(actions, shards, positions)
+        self._check_ray()
+        for k, part in zip(shards, parts):
+            self._inflight[k] = self._step_methods[k].remote(part)
+            self._ready.discard(k)
+
+    def _send_targets(self, env_ids) -> tuple[list[int], dict[int, slice | np.ndarray]]:
+        """The shards ``env_ids`` covers (whole shards only) and, per shard, the rows of
+        the actions that go to its envs, in env order."""
+        env_ids = np.asarray(env_ids)
+        if env_ids.ndim != 1 or env_ids.dtype.kind not in "iu" or len(env_ids) == 0:
+            raise ValueError(f"env_ids must be a non-empty 1-D integer array, got {env_ids!r}")
+        ids = env_ids.tolist()
+        if min(ids) < 0 or max(ids) >= self.num_envs or len(set(ids)) != len(ids):
+            raise ValueError(f"env_ids must be distinct env indices in [0, {self.num_envs}), got {ids}")
+        shards = sorted(set(self._shard_of_env[env_ids].tolist()))
+        if sum(self._stops[k] - self._starts[k] for k in shards) != len(ids):
+            raise ValueError(f"env_ids {ids} split shards: send whole shards' envs "
+                             f"(shard ranges {[(self._starts[k], self._stops[k] - 1) for k in shards]})")
+        where = {env: position for position, env in enumerate(ids)}
+        positions = {}
+        for k in shards:
+            rows = [where[env] for env in range(self._starts[k], self._stops[k])]
+            first = rows[0]
+            positions[k] = slice(first, first + len(rows)) if rows == list(range(first, first + len(rows))) else np.asarray(rows)
+        return shards, positions
+
+    def recv(self, timeout: float | None = None):
+        """Wait for ``batch_size`` envs (whole shards, the first ready, round-robin so none
+        starves); returns their (obs, rewards, terminations, truncations, infos) in env
+        order, with ``infos["env_id"]``. Rewards are 0 and flags False after a reset."""
+        self._assert_is_running()
+        if not self._inflight:
+            raise NoAsyncCallError("Calling `recv` with nothing sent: call `send` or `async_reset` first.", "recv")
+        per_shard = self.num_envs // self.num_shards
+        want = min(self.batch_size, per_shard * len(self._inflight)) // per_shard if self.batch_size < self.num_envs \
+            else len(self._inflight)
+        order = [k for k in (self._next_shard + j for j in range(self.num_shards))
+                 for k in [k % self.num_shards] if k in self._inflight]
+        refs = [self._inflight[k] for k in order]
+        deadline = None if timeout is None else time.perf_counter() + timeout
+        while True:
+            if not ray.is_initialized():
+                self._died(order[0], None, "Ray was shut down (ray.shutdown()), and its actors with it")
+            # Every shard ready now (a shard that died counts as ready: _get below raises
+            # for it); ray.wait chooses among more ready refs than asked for in an order of
+            # its own, so the rotation picks from all of them.
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            if len(ready) >= want:
+                break
+            chunk = CHECK_INTERVAL_S if deadline is None else max(0.0, min(CHECK_INTERVAL_S, deadline - time.perf_counter()))
+            ready, _ = ray.wait(refs, num_returns=want, timeout=chunk)
+            if len(ready) >= want:
+                continue
+            self._check_ready([(k, self._inflight[k]) for k in order])
+            if deadline is not None and time.perf_counter() >= deadline:
+                raise multiprocessing.TimeoutError(f"The call to `recv` has timed out after {timeout} second(s).")
+        ready_set = set(ready)
+        got = [k for k in order if self._inflight[k] in ready_set][:want]
+        self._next_shard = (got[-1] + 1) % self.num_shards
+        got.sort()
+        pairs = [(k, self._inflight[k]) for k in got]
+        replies = self._get(pairs, None, "recv")
+        for k in got:
+            del self._inflight[k]
+            self._ready.add(k)
+        offsets, total = {}, 0
+        for k in got:
+            offsets[k] = total
+            total += self._stops[k] - self._starts[k]
+        infos = self._unpack(replies, lambda k: np.arange(offsets[k], offsets[k] + self._stops[k] - self._starts[k]), total)
+        contiguous = got == list(range(got[0], got[-1] + 1))
+        env_ids = np.arange(self._starts[got[0]], self._stops[got[-1]]) if contiguous else \
+            np.concatenate([self._all_rows_of(k) for k in got])
+        infos["env_id"] = env_ids
+        rows = slice(self._starts[got[0]], self._stops[got[-1]]) if contiguous else env_ids
+        if self._autoreset_disabled:
+            self._autoreset_envs[rows] = self._terminations[rows] | self._truncations[rows]
+        return (
+            self._observation_rows(rows),
+            self._rewards[rows].copy() if contiguous else self._rewards[rows],
+            self._terminations[rows].copy() if contiguous else self._terminations[rows],
+            self._truncations[rows].copy() if contiguous else self._truncations[rows],
+            infos,
+        )
+
+    def _drain(self) -> None:
+        """Wait out send/recv steps still in flight (their results are dropped)."""
+        if not self._inflight:
+            return
+        pairs = sorted(self._inflight.items())
+        self._inflight = {}
+        replies = self._get(pairs, None, "reset")
+        failures = [(k, reply) for k, reply in replies if type(reply) is Failure]
+        if failures:
+            self._raise_failures(failures, close=True)
+        self._ready = set(self._all_shards)
+
+    # -- call / attributes ------------------------------------------------------------------
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Call ``name`` on every env (or read it, if not callable); results in env order."""
+        self.call_async(name, *args, **kwargs)
+        return self.call_wait()
+
+    def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
+        """Start :meth:`call` without waiting for it (AsyncVectorEnv API)."""
+        self._start_call(lambda k, actor: actor.call.remote(name, args, kwargs))
+
+    def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
+        """Wait for the results of :meth:`call_async`, in env order."""
+        self._expect(_State.WAITING_CALL, "call_wait")
+        return self._finish_call(timeout, "call_wait")
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """Get an attribute from every env, in env order."""
+        self._start_call(lambda k, actor: actor.get_attr.remote(name))
+        return self._finish_call(None, "get_attr")
+
+    def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
+        """Set an attribute on every env: one value for all, or a list/tuple of ``num_envs`` values."""
+        self._assert_is_running()
+        if not isinstance(values, (list, tuple)):
+            values = [values for _ in range(self.num_envs)]
+        if len(values) != self.num_envs:
+            raise ValueError(
+                "Values must be a list or tuple with length equal to the number of environments. "
+                f"Got `{len(values)}` values for {self.num_envs} environments."
+            )
+        self._start_call(lambda k, actor: actor.set_attr.remote(name, list(values[self._starts[k]:self._stops[k]])))
+        self._finish_call(None, "set_attr")
+
+    def render(self) -> tuple[Any, ...] | None:
+        """Render every env (``render_mode`` set at construction); one frame per env."""
+        self._start_call(lambda k, actor: actor.render.remote())
+        return self._finish_call(None, "render")
+
+    @property
+    def np_random_seed(self) -> tuple[int, ...]:
+        """The envs' ``np_random_seed``, in env order."""
+        return self.get_attr("np_random_seed")
+
+    @property
+    def np_random(self) -> tuple[np.random.Generator, ...]:
+        """Copies of the envs' ``np_random`` generators, in env order."""
+        return self.get_attr("np_random")
+
+    def _start_call(self, submit: Callable) -> None:
+        self._assert_is_running()
+        self._assert_idle("call_async")
+        if self._inflight:
+            raise AlreadyPendingCallError("send/recv has commands in flight: recv() them first", "recv")
+        self._check_ray()
+        self._pending = [(k, submit(k, actor)) for k, actor in enumerate(self._actors)]
+        self._state = _State.WAITING_CALL
+
+    def _finish_call(self, timeout: float | None, caller: str):
+        try:
+            replies = self._get(self._pending, timeout, caller)
+        except multiprocessing.TimeoutError:
+            raise
+        except BaseException:
+            self._state = _State.DEFAULT
+            raise
+        self._state = _State.DEFAULT
+        failures = [(k, reply) for k, reply in replies if type(reply) is Failure]
+        if failures:
+            self._raise_failures(failures, close=False)
+        if all(reply is None for _, reply in replies):
+            return None
+        return tuple(result for _, results in replies for result in results)
+
+    # -- waiting and errors ------------------------------------------------------------------
+    def _assert_idle(self, caller: str) -> None:
+        if self._state is not _State.DEFAULT:
+            raise AlreadyPendingCallError(
+                f"Calling `{caller}` while waiting for a pending call to `{self._state.value}` to complete.",
+                str(self._state.value),
+            )
+
+    def _expect(self, state: _State, caller: str) -> None:
+        self._assert_is_running()
+        if self._state is not state:
+            raise NoAsyncCallError(f"Calling `{caller}` without any prior call to `{state.value}_async`.", state.value)
+
+    def _check_ray(self) -> None:
+        """A call on a shard of a Ray that was shut down would start a new Ray and fail there."""
+        if not ray.is_initialized():
+            self._died(0, None, "Ray was shut down (ray.shutdown()), and its actors with it")
+
+    def _get(self, pairs: list[tuple[int, Any]], timeout: float | None, caller: str) -> list[tuple[int, Any]]:
+        """The replies of ``pairs`` ((shard, ref)), in order; a shard that died raises WorkerDiedError.
+
+        ``ray.get`` of a list waits for every ref before it raises for any, so a shard that
+        died would wait for one that is slow (or hangs): the wait is cut into chunks of
+        :data:`CHECK_INTERVAL_S`, after each of which the refs that are ready are checked
+        for an error.
+        """
+        refs = [ref for _, ref in pairs]
+        if not ray.is_initialized():
+            self._died(pairs[0][0] if pairs else 0, None, "Ray was shut down (ray.shutdown()), and its actors with it")
+        deadline = None if timeout is None else time.perf_counter() + timeout
+        while True:
+            chunk = CHECK_INTERVAL_S if deadline is None else max(0.0, min(CHECK_INTERVAL_S, deadline - time.perf_counter()))
+            try:
+                values = ray.get(refs, timeout=chunk)
+                break
+            except ray.exceptions.GetTimeoutError:
+                self._check_ready(pairs)
+                if deadline is not None and time.perf_counter() >= deadline:
+                    raise multiprocessing.TimeoutError(
+                        f"The call to `{caller}` has timed out after {timeout} second(s); it is still pending.") from None
+            except ray.exceptions.RayError as exc:
+                self._died(self._failed_shard(pairs, exc), exc)
+        return [(k, value) for (k, _), value in zip(pairs, values)]
+
+    def _check_ready(self, pairs: list[tuple[int, Any]]) -> None:
+        """Raise WorkerDiedError for the first of ``pairs`` whose ref is ready with a Ray error."""
+        if not ray.is_initialized():
+            self._died(pairs[0][0], None, "Ray was shut down (ray.shutdown()), and its actors with it")
+        refs = [ref for _, ref in pairs]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        ready = set(ready)
+        for k, ref in pairs:
+            if ref in ready:
+                try:
+                    ray.get(ref, timeout=0)
+                except ray.exceptions.GetTimeoutError:
+                    pass
+                except ray.exceptions.RayError as exc:
+                    self._died(k, exc)
+        # Ray reports an actor of a lost node dead once the node is marked dead; should that
+        # report not reach this driver, the node table says it too (read once a second).
+        now = time.monotonic()
+        if now - self._nodes_checked >= 1.0:
+            self._nodes_checked = now
+            alive = {node["NodeID"] for node in ray.nodes() if node.get("Alive")}
+            for k, _ in pairs:
+                if self._nodes[k].get("node_id") not in alive:
+                    self._died(k, None, f"its node {self._nodes[k].get('node_id')} is dead (Ray's node table)")
+
+    def _failed_shard(self, pairs: list[tuple[int, Any]], exc: BaseException) -> int:
+        """Which shard's ref holds the error ``ray.get`` raised (the first that does)."""
+        for k, ref in pairs:
+            ready, _ = ray.wait([ref], timeout=0)
+            if ready:
+                try:
+                    ray.get(ref, timeout=0)
+                except ray.exceptions.RayError:
+                    return k
+        return pairs[0][0]
+
+    def _died(self, k: int, exc: BaseException | None, how: str | None = None) -> None:
+        node = self._nodes[k] if k < len(self._nodes) else {}
+        where = f"node {node.get('node_id', '?')} ({node.get('node_ip', '?')}), actor pid {node.get('pid', '?')}"
+        how = how or _first_line(exc)
+        self._shutdown(terminate=True)
+        error = WorkerDiedError(f"RayVectorEnv shard {k} (envs {self._env_range(k)}) on {where} died: {how}; "
+                                "the vector env is closed.", k)
+        error.node_id = node.get("node_id")
+        if exc is None:
+            raise error
+        raise error from exc
+
+    def _raise_failures(self, failures: list[tuple[int, Failure]], close: bool) -> None:
+        """Re-raise the shards' env exceptions (all logged first, as AsyncVectorEnv logs its
+        workers' errors; the last one raised), closing the vector env unless ``close=False``."""
+        if len(failures) > 1:
+            for k, failure in failures:
+                index = self._global_index(k, failure)
+                logger.error(f"Received the following error from Worker-{index} - Shutting it down")
+                logger.error(failure.trace)
+            logger.error("Raising the last exception back to the main process.")
+        self._raise_failure(*failures[-1], close=close)
+
+    def _global_index(self, k: int, failure: Failure) -> int | None:
+        return None if failure.env_index is None else self._starts[k] + int(failure.env_index)
+
+    def _raise_failure(self, k: int, failure: Failure, close: bool = True, note_closed: bool = False) -> None:
+        env_index = self._global_index(k, failure)
+        if close:
+            self._shutdown(terminate=True)
+        node = self._nodes[k] if k < len(self._nodes) else {}
+        where = f"env {env_index}" if env_index is not None else f"shard {k} (envs {self._env_range(k)})"
+        note = (f"raised by {where} in RayVectorEnv shard {k} on node {node.get('node_id', '?')} "
+                f"({node.get('node_ip', '?')}) during {failure.phase}"
+                + ("; the vector env is closed." if close or note_closed else "."))
+        exc = None
+        if failure.payload is not None:
+            try:
+                exc = pickle.loads(failure.payload)
+            except Exception:
+                exc = None
+        if not isinstance(exc, BaseException):
+            raise WorkerError(f"{failure.type_name}: {failure.text}\n({note})\n\nShard traceback:\n{failure.trace}",
+                              k, env_index)
+        # The shard's own notes name its local indices: the traceback keeps them.
+        if hasattr(exc, "__notes__"):
+            try:
+                del exc.__notes__
+            except AttributeError:
+                pass
+        if hasattr(exc, "add_note"):
+            exc.add_note(note)
+        try:
+            exc.env_index = env_index
+        except AttributeError:  # pragma: no cover - exceptions with __slots__
+            pass
+        raise exc from RemoteTraceback(failure.trace)
+
+    def _env_range(self, k: int) -> str:
+        return f"{self._starts[k]}..{self._stops[k] - 1}"
+
+    def _assert_is_running(self) -> None:
+        if self.closed:
+            raise ClosedEnvironmentError(f"Trying to operate on `{type(self).__name__}`, after a call to `close()`.")
+
+    # -- closing ------------------------------------------------------------------------------
+    def close_extras(self, timeout: float | None = None, terminate: bool = False) -> None:
+        """Close the shards' envs (politely, for up to ``timeout`` s, default 5), then kill the actors."""
+        if self._actors is not None and not terminate and ray.is_initialized():
+            pending = [ref for _, ref in self._pending] + list(self._inflight.values())
+            if pending:
+                if self._state is not _State.DEFAULT:
+                    logger.warn(f"Calling `close` while waiting for a pending call to `{self._state.value}` to complete.")
+                try:
+                    ray.wait(pending, num_returns=len(pending), timeout=5.0 if timeout is None else timeout)
+                except Exception:
+                    pass
+            try:
+                refs = [actor.close.remote() for actor in self._actors]
+                ray.wait(refs, num_returns=len(refs), timeout=5.0 if timeout is None else timeout)
+            except Exception:
+                pass
+        self._shutdown(terminate=True)
+
+    def _shutdown(self, terminate: bool = True) -> None:
+        self._state = _State.DEFAULT
+        self._pending = []
+        self._inflight = {}
+        if self._finalizer is not None:
+            self._finalizer()  # kills the actors (once)
+        self._actors = None
+        self._step_methods = []
+        self.closed = True
+
+    def __enter__(self) -> "RayVectorEnv":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        name = self.env_id or "env_fns"
+        return f"RayVectorEnv({name}, num_envs={self.num_envs}, num_shards={getattr(self, 'num_shards', '?')})"
+
+
+def _first_line(exc: BaseException | None) -> str:
+    """Ray's error in a line: its first, and the one that says why, if any."""
+    if exc is None:
+        return "unknown cause"
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    why = [line for line in lines[1:] if "because" in line or "killed" in line]
+    return f"{type(exc).__name__}: " + " ".join((lines[:1] + why[:1]) if lines else [])
