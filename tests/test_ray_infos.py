@@ -171,13 +171,3 @@ def test_runs_natively_follows_make_vec_routing():
         if "backend" not in kwargs.get("vector_kwargs", {}):
             assert (type(built).__name__ == "NativeVectorEnv") is expected, (args, kwargs)
         built.close()
-
-
-def test_rllib_creator_docstring_examples_without_rllib():
-    # fastvec.integrations.rllib's creator is plain Gymnasium; RLlib itself: test_ray_rllib.py.
-    import doctest
-
-    import fastvec.integrations.rllib as rllib
-
-    result = doctest.testmod(rllib)
-    assert result.failed == 0 and result.attempted > 0
