@@ -45,3 +45,14 @@ class RemoteTraceback(Exception):
 
     def __str__(self) -> str:
         return "\n\n" + self.text
+
+
+def annotate(exc: BaseException, env_index: int | None, note: str) -> None:
+    """Name the env (and where it ran) on an exception about to reach the caller: a note
+    (Python 3.11+) and ``exc.env_index``."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+    try:
+        exc.env_index = env_index
+    except AttributeError:  # pragma: no cover - exceptions with __slots__
+        pass

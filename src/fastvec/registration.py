@@ -47,6 +47,8 @@ import gymnasium.envs.registration as _gym_registration
 from gymnasium import Env, Wrapper
 from gymnasium.envs.registration import EnvSpec
 
+from fastvec.native import can_run_natively
+
 MODE = "fastvec"
 _NATIVE_VECTOR_KWARGS = ("num_threads", "autoreset_mode", "exact", "copy")
 # vector_kwargs that RayVectorEnv itself takes (backend="ray"); the others go to its shards.
@@ -211,10 +213,6 @@ def runs_natively(env_id: str | EnvSpec, env_kwargs: dict | None = None, wrapper
 
 def _native_refusal(env_spec: EnvSpec, env_kwargs: dict, wrappers: list, backend_kwargs: dict) -> str | None:
     """Why this call cannot use NativeVectorEnv, or None if it can."""
-    try:
-        from fastvec.native import can_run_natively
-    except ImportError:  # pragma: no cover - built without the native envs
-        return "fastvec was built without native envs"
     if wrappers:
         return "custom wrappers were given"
     if env_spec.additional_wrappers:

@@ -15,6 +15,7 @@ from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from fastvec.errors import annotate
 from fastvec.errors import (
     AlreadyPendingCallError,
     ClosedEnvironmentError,
@@ -34,7 +35,7 @@ from fastvec.ray._packing import (
 )
 from fastvec.ray._shard import Failure, Shard, shard_ranges
 from fastvec.spaces import Layout
-from fastvec.vector._arguments import seeds_per_env, split_reset_options
+from fastvec.vector._arguments import checked_batch_size, checked_count, seeds_per_env, split_reset_options
 
 __all__ = ["RayVectorEnv", "DEFAULT_SHARD_OPTIONS"]
 
@@ -197,25 +198,11 @@ class RayVectorEnv(VectorEnv):
             ray.init()
         if num_shards is None:
             num_shards = min(self.num_envs, max(1, sum(1 for node in ray.nodes() if node.get("Alive"))))
-        if isinstance(num_shards, bool) or not isinstance(num_shards, (int, np.integer)) or not 1 <= num_shards <= self.num_envs:
-            raise ValueError(f"num_shards must be an int in [1, num_envs={self.num_envs}], got {num_shards!r}")
-        self.num_shards = int(num_shards)
+        self.num_shards = checked_count(num_shards, self.num_envs, "num_shards")
         self._ranges = shard_ranges(self.num_envs, self.num_shards)
         self._starts = [a for a, _ in self._ranges]
         self._stops = [b for _, b in self._ranges]
-        if batch_size is None:
-            batch_size = self.num_envs
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or not 1 <= batch_size <= self.num_envs:
-            raise ValueError(f"batch_size must be an int in [1, num_envs={self.num_envs}], got {batch_size!r}")
-        if batch_size < self.num_envs:
-            per_shard = self.num_envs // self.num_shards
-            if self.num_envs % self.num_shards or batch_size % per_shard:
-                raise ValueError(
-                    f"send/recv returns whole shards: num_envs={self.num_envs} must be a multiple of "
-                    f"num_shards={self.num_shards}, and batch_size={batch_size} a multiple of the envs per "
-                    f"shard ({self.num_envs / self.num_shards:g})"
-                )
-        self.batch_size = int(batch_size)
+        self.batch_size = checked_batch_size(batch_size, self.num_envs, self.num_shards, "shard")
         if shard_options is None or isinstance(shard_options, dict):
             per_shard_options = [dict(shard_options or {}) for _ in range(self.num_shards)]
         else:
@@ -799,12 +786,7 @@ class RayVectorEnv(VectorEnv):
                 del exc.__notes__
             except AttributeError:
                 pass
-        if hasattr(exc, "add_note"):
-            exc.add_note(note)
-        try:
-            exc.env_index = env_index
-        except AttributeError:  # pragma: no cover - exceptions with __slots__
-            pass
+        annotate(exc, env_index, note)
         raise exc from RemoteTraceback(failure.trace)
 
     def _env_range(self, k: int) -> str:

@@ -1,4 +1,4 @@
-"""Checks of the arguments every fastvec vector env takes the way SyncVectorEnv does."""
+"""Checks of the arguments fastvec's vector envs share (FastVectorEnv, RayVectorEnv)."""
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -40,3 +40,30 @@ def split_reset_options(options: dict[str, Any] | None, num_envs: int) -> tuple[
             f"`options['reset_mask']` must contain a boolean array with at least one True value, got reset_mask={mask}"
         )
     return options, mask
+
+
+def checked_count(value, num_envs: int, name: str) -> int:
+    """``value`` as an int in ``[1, num_envs]`` (``num_workers``, ``num_shards``): a
+    ``TypeError`` for another type, a ``ValueError`` out of range."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if not 1 <= value <= num_envs:
+        raise ValueError(f"{name} must be in [1, num_envs={num_envs}], got {value}")
+    return int(value)
+
+
+def checked_batch_size(batch_size, num_envs: int, groups: int, group: str) -> int:
+    """The envs one ``recv`` returns (default ``num_envs``: synchronous stepping). Below
+    ``num_envs``, ``recv`` returns whole groups of envs (``group``: "worker", "shard"), so
+    ``num_envs`` must divide evenly among the ``groups`` and ``batch_size`` be a multiple of
+    the envs per group."""
+    batch_size = checked_count(num_envs if batch_size is None else batch_size, num_envs, "batch_size")
+    if batch_size < num_envs:
+        per_group = num_envs // groups
+        if num_envs % groups or batch_size % per_group:
+            raise ValueError(
+                f"send/recv returns whole {group}s: num_envs={num_envs} must be a multiple of "
+                f"num_{group}s={groups}, and batch_size={batch_size} a multiple of the envs per "
+                f"{group} ({num_envs / groups:g}); e.g. num_envs=16, num_{group}s=8, batch_size=8"
+            )
+    return batch_size

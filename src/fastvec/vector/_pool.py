@@ -21,7 +21,7 @@ import numpy as np
 from gymnasium import Env, logger
 from gymnasium.vector.utils import CloudpickleWrapper, clear_mpi_env_vars
 
-from fastvec.errors import RemoteTraceback, WorkerDiedError, WorkerError
+from fastvec.errors import RemoteTraceback, WorkerDiedError, WorkerError, annotate
 from fastvec.spaces import Layout
 from fastvec.vector import _protocol, _sync
 from fastvec.vector._protocol import LIVENESS_INTERVAL, RECOVERABLE, Command, Status
@@ -495,16 +495,6 @@ def _finalize(processes, pipes, buffers, envs, timeout: float = 0.0) -> None:
         if buffer is not None:
             buffer.close()
             buffers[k] = None
-
-
-def annotate(exc: BaseException, env_index: int | None, note: str) -> None:
-    """Name the env (and where it ran) on an exception about to reach the caller."""
-    if hasattr(exc, "add_note"):
-        exc.add_note(note)
-    try:
-        exc.env_index = env_index
-    except AttributeError:  # pragma: no cover - exceptions with __slots__
-        pass
 
 
 class _RecoverableError(Exception):

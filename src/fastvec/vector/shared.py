@@ -21,7 +21,7 @@ from fastvec.errors import (
     ClosedEnvironmentError,
     NoAsyncCallError,
 )
-from fastvec.vector._arguments import seeds_per_env, split_reset_options
+from fastvec.vector._arguments import checked_batch_size, checked_count, seeds_per_env, split_reset_options
 from fastvec.vector._pool import WorkerPool, usable_cpus
 from fastvec.vector._staging import Staging, layouts
 
@@ -163,11 +163,7 @@ class FastVectorEnv(VectorEnv):
         self.num_envs = len(env_fns)
         if num_workers is None:
             num_workers = min(_usable_cores(), self.num_envs)
-        if isinstance(num_workers, bool) or not isinstance(num_workers, (int, np.integer)):
-            raise TypeError(f"num_workers must be an int, got {type(num_workers).__name__}")
-        if not 1 <= num_workers <= self.num_envs:
-            raise ValueError(f"num_workers must be in [1, num_envs={self.num_envs}], got {num_workers}")
-        self.num_workers = int(num_workers)
+        self.num_workers = checked_count(num_workers, self.num_envs, "num_workers")
         self.shared_memory = bool(shared_memory)
         self.copy = bool(copy)
         self.context = context
@@ -180,21 +176,7 @@ class FastVectorEnv(VectorEnv):
                 f"Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single and batch "
                 f"observation space, actual got {observation_mode}"
             )
-        if batch_size is None:
-            batch_size = self.num_envs
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
-            raise TypeError(f"batch_size must be an int, got {type(batch_size).__name__}")
-        if not 1 <= batch_size <= self.num_envs:
-            raise ValueError(f"batch_size must be in [1, num_envs={self.num_envs}], got {batch_size}")
-        if batch_size < self.num_envs:
-            per_worker = self.num_envs // self.num_workers
-            if self.num_envs % self.num_workers or batch_size % per_worker:
-                raise ValueError(
-                    f"async mode returns whole workers: num_envs={self.num_envs} must be a multiple of "
-                    f"num_workers={self.num_workers}, and batch_size={batch_size} a multiple of the envs per "
-                    f"worker ({self.num_envs / self.num_workers:g}); e.g. num_envs=16, num_workers=8, batch_size=8"
-                )
-        self.batch_size = int(batch_size)
+        self.batch_size = checked_batch_size(batch_size, self.num_envs, self.num_workers, "worker")
         if step_in_caller and self.batch_size < self.num_envs:
             raise ValueError("step_in_caller=True needs synchronous stepping (batch_size == num_envs)")
         self.step_in_caller = bool(step_in_caller)
