@@ -476,11 +476,10 @@ def test_render_rgb_array_matches_gymnasium(env_id):
     ref.reset(seed=3)
     env.reset(seed=3)
     rng = np.random.default_rng(0)
-    obs = None
     for _ in range(5):
         a = _policy(env_id, rng, np.zeros((n, env.single_observation_space.shape[0]), np.float32),
                     env.single_action_space)
-        obs = ref.step(a)[0]
+        ref.step(a)
         env.step(a)
     frames_ref = ref.render()
     frames = env.render()

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import gymnasium as gym
 import gymnasium.envs.registration as gym_registration
-import numpy as np
 import pytest
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers import TimeAwareObservation
 
 import fastvec
