@@ -8,7 +8,10 @@ installed as ``fastvec.native.examples.gridworld`` (its own ``setup.py`` builds 
 files against an installed fastvec). Flags are portable (-O3, no -march=native) so that
 wheels run on any x86-64/aarch64 machine; set FASTVEC_NATIVE=1 to add -march=native for a
 local build. The fast CartPole kernel picks AVX2/AVX-512 variants at run time (GCC/Clang on
-x86); set FASTVEC_NO_DISPATCH=1 to build only the baseline variant (to test it).
+x86); set FASTVEC_NO_DISPATCH=1 to build only the baseline variant (to test it). Set
+FASTVEC_PORTABLE=1 to build the portable C paths that MSVC takes (C11 atomics and threads,
+no unsigned __int128, naps instead of the futex: see src/fastvec/native/fv_platform.h) with
+any compiler, to test them.
 """
 import glob
 import os
@@ -28,11 +31,14 @@ if sys.platform != "win32":
         compile_args.append("-fopenmp")
         link_args.append("-fopenmp")
 else:
-    compile_args = ["/O2", "/openmp"]
+    # fv_platform.h's portable paths use C11 atomics and threads (Visual Studio 2022 17.8+).
+    compile_args = ["/O2", "/openmp", "/std:c17", "/experimental:c11atomics"]
 
 define_macros = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
 if os.environ.get("FASTVEC_NO_DISPATCH") == "1":
     define_macros.append(("FV_NO_DISPATCH", "1"))
+if os.environ.get("FASTVEC_PORTABLE") == "1":
+    define_macros.append(("FV_PORTABLE", "1"))
 
 KIT_INCLUDE = os.path.join("src", "fastvec", "native")
 EXAMPLE = os.path.join("examples", "native_env", "gridworld")

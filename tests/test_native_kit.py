@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import textwrap
 
 import gymnasium as gym
@@ -220,9 +221,22 @@ def test_kernels_are_checked(gridworld):
         NativeVectorEnv("test/GridWorldBox-v0", 2)
 
 
+def test_platform_paths_are_the_ones_built():
+    """fv_platform.h: a GCC/Clang build takes the native paths (no futex on macOS); MSVC and a
+    build with FASTVEC_PORTABLE=1 the portable ones. The variable is set for the build and for
+    the tests (as .ci/wheel does), so this checks that the portable build really is."""
+    portable = {"multiply": "64-bit halves", "atomics": "c11", "threads": "c11", "wait": "nap"}
+    if os.environ.get("FASTVEC_PORTABLE") == "1" or sys.platform == "win32":
+        expected = portable
+    else:
+        expected = {"multiply": "int128", "atomics": "gnu", "threads": "pthreads",
+                    "wait": "futex" if sys.platform.startswith("linux") else "nap"}
+    assert kit.platform_paths() == expected
+
+
 def test_get_include_ships_the_headers():
     include = fastvec.get_include()
-    for name in ("fv_env.h", "fv_rng.h", "kit.pxd"):
+    for name in ("fv_env.h", "fv_rng.h", "fv_runner.h", "fv_platform.h", "kit.pxd"):
         assert os.path.isfile(os.path.join(include, name)), name
     assert fastvec.native.get_include() == include
 
@@ -230,6 +244,10 @@ def test_get_include_ships_the_headers():
 def test_example_builds_with_its_own_setup_py(tmp_path):
     """What a user does: copy examples/native_env, build it against this fastvec, use it."""
     pytest.importorskip("Cython", reason="building an env needs Cython (in the test extra)")
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(os.environ.get("CC", compiler).split()[0]) is None:
+        pytest.skip(f"building an env needs a C compiler; {compiler!r} is not on PATH "
+                    "(.ci/wheel tests the installed wheel without one)")
     src = tmp_path / "native_env"
     shutil.copytree(EXAMPLE, src, ignore=shutil.ignore_patterns("*.so", "*.c", "build", "__pycache__"))
     build = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=src,

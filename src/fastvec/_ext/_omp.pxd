@@ -9,20 +9,6 @@
 # work then runs serially in the calling thread, same results), else what was
 # asked. Processes started with "spawn" or "forkserver" are not forked from
 # this one and keep their threads.
-cdef extern from *:
-    """
-    #if !defined(_WIN32)
-    #include <pthread.h>
-    static int fv_omp_forked = 0;
-    static void fv_omp_mark_forked(void) { fv_omp_forked = 1; }
-    static int fv_omp_install_fork_guard(void) {
-        return pthread_atfork(NULL, NULL, fv_omp_mark_forked);
-    }
-    static int fv_omp_threads(int requested) { return fv_omp_forked ? 1 : requested; }
-    #else
-    static int fv_omp_install_fork_guard(void) { return 0; }
-    static int fv_omp_threads(int requested) { return requested; }
-    #endif
-    """
+cdef extern from "fv_platform.h":
     int fv_omp_install_fork_guard() noexcept nogil
     int fv_omp_threads(int requested) noexcept nogil

@@ -10,12 +10,15 @@
  *   fv_rng_integers(r, lo, hi)   np_random.integers(lo, hi)   (int64, hi excluded)
  *
  * The runner seeds the streams (reset(seed=...)) from NumPy's own SeedSequence; an env only
- * draws. Needs a compiler with unsigned __int128 (GCC, Clang).
+ * draws. The 128-bit arithmetic is fv_platform.h's fv_mul64 (unsigned __int128 where the
+ * compiler has it, 64-bit halves elsewhere: the same bits either way).
  */
 #ifndef FV_RNG_H
 #define FV_RNG_H
 
 #include <stdint.h>
+
+#include "fv_platform.h"
 
 typedef struct fv_rng {
     uint64_t state_lo, state_hi;  /* LCG state */
@@ -24,16 +27,20 @@ typedef struct fv_rng {
     uint64_t uinteger;
 } fv_rng;
 
-typedef unsigned __int128 fv_u128;
+/* PCG64's LCG multiplier, high and low 64 bits */
+#define FV_PCG_MULT_HI 0x2360ED051FC65DA4ULL
+#define FV_PCG_MULT_LO 0x4385DF649FCCF645ULL
 
-/* PCG64 (XSL-RR 128/64): advance the LCG, then output 64 bits. */
+/* PCG64 (XSL-RR 128/64): advance the LCG (state = state * mult + inc, mod 2^128), then
+   output 64 bits. */
 static inline uint64_t fv_rng_next64(fv_rng *r) {
-    const fv_u128 mult = (((fv_u128)0x2360ED051FC65DA4ULL) << 64) | (fv_u128)0x4385DF649FCCF645ULL;
-    fv_u128 st = (((fv_u128)r->state_hi) << 64) | (fv_u128)r->state_lo;
-    fv_u128 inc = (((fv_u128)r->inc_hi) << 64) | (fv_u128)r->inc_lo;
-    st = st * mult + inc;
-    r->state_lo = (uint64_t)st;
-    r->state_hi = (uint64_t)(st >> 64);
+    uint64_t carry;
+    uint64_t lo = fv_mul64(r->state_lo, FV_PCG_MULT_LO, &carry);
+    uint64_t hi = carry + r->state_lo * FV_PCG_MULT_HI + r->state_hi * FV_PCG_MULT_LO;
+    const uint64_t sum = lo + r->inc_lo;
+    hi += r->inc_hi + (sum < lo);
+    r->state_lo = sum;
+    r->state_hi = hi;
     uint64_t x = r->state_hi ^ r->state_lo;
     unsigned rot = (unsigned)(r->state_hi >> 58);
     return (x >> rot) | (x << ((64u - rot) & 63u));
@@ -82,16 +89,13 @@ static inline int64_t fv_rng_integers(fv_rng *r, int64_t low, int64_t high) {
     }
     if (rng == 0xffffffffffffffffULL) return (int64_t)(off + fv_rng_next64(r));
     const uint64_t excl = rng + 1u;
-    fv_u128 m = (fv_u128)fv_rng_next64(r) * excl;
-    uint64_t left = (uint64_t)m;
+    uint64_t m_hi;
+    uint64_t left = fv_mul64(fv_rng_next64(r), excl, &m_hi);
     if (left < excl) {
         const uint64_t threshold = (0xffffffffffffffffULL - rng) % excl;
-        while (left < threshold) {
-            m = (fv_u128)fv_rng_next64(r) * excl;
-            left = (uint64_t)m;
-        }
+        while (left < threshold) left = fv_mul64(fv_rng_next64(r), excl, &m_hi);
     }
-    return (int64_t)(off + (uint64_t)(m >> 64));
+    return (int64_t)(off + m_hi);
 }
 
 #endif /* FV_RNG_H */

@@ -55,6 +55,32 @@ def kernel_info(kernel):
     }
 
 
+cdef extern from "fv_platform.h":
+    enum: FV_INT128, FV_GNU_BUILTINS, FV_C11_THREADS, FV_FUTEX
+
+
+def platform_paths():
+    """Which of ``fv_platform.h``'s paths this build of fastvec took: the native ones
+    (GCC/Clang) or the portable ones (MSVC, or any compiler with ``FASTVEC_PORTABLE=1``).
+
+    Returns:
+        A dict: ``multiply`` (``"int128"`` or ``"64-bit halves"``), ``atomics`` (``"gnu"`` or
+        ``"c11"``), ``threads`` (``"pthreads"`` or ``"c11"``) and ``wait`` (``"futex"`` or
+        ``"nap"``).
+
+    Example:
+        >>> from fastvec.native import kit
+        >>> sorted(kit.platform_paths())
+        ['atomics', 'multiply', 'threads', 'wait']
+    """
+    return {
+        "multiply": "int128" if FV_INT128 else "64-bit halves",
+        "atomics": "gnu" if FV_GNU_BUILTINS else "c11",
+        "threads": "c11" if FV_C11_THREADS else "pthreads",
+        "wait": "futex" if FV_FUTEX else "nap",
+    }
+
+
 def rng_draws(uint64_t[::1] words, str what, int64_t k, int64_t low=0, int64_t high=1):
     """``k`` draws from an ``fv_rng`` (6 words, NumPy's PCG64 state, updated in place):
     ``what="random"`` (np_random.random()) or ``"integers"`` (np_random.integers(low, high)).

@@ -16,7 +16,7 @@ caller can block until *some* worker is done, for send/recv), ANY_SLEEPING
 says the caller sleeps on it.
 
 A wait spins for a short, bounded time (cheap when the other side answers
-within microseconds), then blocks: a futex on Linux, short sleeps elsewhere.
+within microseconds), then blocks: a futex on Linux, 50 µs naps elsewhere.
 After its first microseconds the spin yields the core (``sched_yield``) between
 checks. Pure busy-waiting is not an option: the caller and its workers are more
 processes than cores (2 workers + the caller on 2 cores), and a spinner steals
@@ -36,76 +36,33 @@ from fastvec.vector._rows cimport copy_row, fits_row, row_bytes
 
 cnp.import_array()
 
-cdef extern from * nogil:
-    """
-    #include <stdint.h>
-    #include <time.h>
-    #include <errno.h>
-    #include <sched.h>
-    #ifdef __linux__
-    #include <linux/futex.h>
-    #include <sys/syscall.h>
-    #include <unistd.h>
-    #endif
-
-    static inline uint32_t fv_load(uint32_t *p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
-    static inline void fv_store(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_SEQ_CST); }
-    static inline void fv_increment(uint32_t *p) { __atomic_add_fetch(p, 1, __ATOMIC_SEQ_CST); }
-
-    static inline void fv_pause(void) {
-    #if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-    #elif defined(__aarch64__)
-        __asm__ __volatile__("yield");
-    #endif
-    }
-
-    static inline double fv_now(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-    }
-
-    /* Block while *p == expected, at most timeout_s seconds (spurious wake-ups are fine). */
-    static inline void fv_block(uint32_t *p, uint32_t expected, double timeout_s) {
-    #ifdef __linux__
-        struct timespec ts;
-        if (timeout_s < 0) timeout_s = 0;
-        ts.tv_sec = (time_t)timeout_s;
-        ts.tv_nsec = (long)((timeout_s - (double)ts.tv_sec) * 1e9);
-        /* Not FUTEX_PRIVATE: the word lives in memory shared between processes. */
-        syscall(SYS_futex, p, FUTEX_WAIT, expected, &ts, NULL, 0);
-    #else
-        struct timespec ts;
-        ts.tv_sec = 0;
-        ts.tv_nsec = 50000; /* 50 us */
-        if (fv_load(p) == expected) nanosleep(&ts, NULL);
-    #endif
-    }
-
-    /* Give the core to another runnable process, if any (returns at once otherwise). */
-    static inline void fv_yield(void) {
-    #if defined(_WIN32)
-        fv_pause();
-    #else
-        sched_yield();
-    #endif
-    }
-
-    static inline void fv_wake(uint32_t *p) {
-    #ifdef __linux__
-        syscall(SYS_futex, p, FUTEX_WAKE, 1 << 30, NULL, NULL, 0);
-    #endif
-    }
-    """
-    uint32_t fv_load(uint32_t *p)
-    void fv_store(uint32_t *p, uint32_t v)
-    void fv_increment(uint32_t *p)
+# The atomics, clock, yield and futex wait come from the native-env kit's fv_platform.h
+# (native on GCC/Clang, portable C11 elsewhere; see that header).
+cdef extern from "fv_platform.h" nogil:
+    enum: FV_SEQ_CST
+    uint32_t fv_load_u32(uint32_t *p, int order)
+    void fv_store_u32(uint32_t *p, uint32_t v, int order)
+    uint32_t fv_add_u32(uint32_t *p, uint32_t v, int order)
     void fv_pause()
     double fv_now()
     void fv_block(uint32_t *p, uint32_t expected, double timeout_s)
     void fv_wake(uint32_t *p)
     void fv_yield()
+
+
+# Every access to a control word is sequentially consistent: a waiter's store to its
+# SLEEPING word and its next load of the watched word must not be reordered.
+cdef inline uint32_t fv_load(uint32_t *p) noexcept nogil:
+    return fv_load_u32(p, FV_SEQ_CST)
+
+
+cdef inline void fv_store(uint32_t *p, uint32_t v) noexcept nogil:
+    fv_store_u32(p, v, FV_SEQ_CST)
+
+
+cdef inline void fv_increment(uint32_t *p) noexcept nogil:
+    fv_add_u32(p, 1, FV_SEQ_CST)
+
 
 # A wait spins this long before it starts yielding the core between checks: an
 # answer within it costs no system call.
