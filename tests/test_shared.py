@@ -504,3 +504,14 @@ def test_no_pinning_when_every_process_has_a_cpu():
         assert [os.sched_getaffinity(p.pid) for p in env.processes] == [cpus]
     with pytest.raises(TypeError, match="pin_workers"):
         FastVectorEnv(toy_fns(2), num_workers=1, pin_workers="yes")
+
+
+def test_windows_is_refused_before_any_worker_starts(monkeypatch):
+    import fastvec.vector.shared as shared_module
+
+    started = []
+    monkeypatch.setattr(shared_module.sys, "platform", "win32")
+    monkeypatch.setattr(shared_module, "WorkerPool", lambda *a, **k: started.append(1))
+    with pytest.raises(RuntimeError, match="Linux and macOS only"):
+        FastVectorEnv([lambda: gym.make("CartPole-v1")])
+    assert started == []

@@ -7,6 +7,7 @@ step (actions in; observations, rewards, flags, infos out) in :mod:`fastvec.vect
 from __future__ import annotations
 
 import multiprocessing
+import sys
 from enum import Enum
 from typing import Any, Callable, Sequence
 
@@ -126,7 +127,8 @@ class FastVectorEnv(VectorEnv):
             ``num_workers``/``batch_size``/``pin_workers`` types.
         ValueError: bad ``num_workers``, ``batch_size`` or ``observation_mode``, or a
             custom observation space with ``shared_memory=True``.
-        RuntimeError: the envs' spaces differ (see ``observation_mode``).
+        RuntimeError: the envs' spaces differ (see ``observation_mode``), or the platform
+            is Windows (FastVectorEnv needs POSIX: Linux or macOS).
     """
 
     # Until __init__ has run: Gymnasium < 1.3's VectorEnv.__del__ closes an env whose
@@ -150,6 +152,12 @@ class FastVectorEnv(VectorEnv):
         parent_spin_us: float = 20.0,
         pin_workers: bool | None = None,
     ) -> None:
+        if sys.platform == "win32":
+            # Its workers get the shared block by file-descriptor passing (SCM_RIGHTS) and are
+            # watched with POSIX signals; Windows has neither.
+            raise RuntimeError(
+                "FastVectorEnv runs on Linux and macOS only; on Windows use "
+                "gymnasium.vector.AsyncVectorEnv, fastvec.NativeVectorEnv (compiled envs) or WSL")
         try:
             env_fns = list(env_fns)
         except TypeError:
