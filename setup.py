@@ -9,6 +9,7 @@ files against an installed fastvec). Flags are portable (-O3, no -march=native) 
 wheels run on any x86-64/aarch64 machine; set FASTVEC_NATIVE=1 to add -march=native for a
 local build. The fast CartPole kernel picks AVX2/AVX-512 variants at run time (GCC/Clang on
 x86); set FASTVEC_NO_DISPATCH=1 to build only the baseline variant (to test it). Set
+FASTVEC_DEBUG=1 to keep debug info. Set
 FASTVEC_PORTABLE=1 to build the portable C paths that MSVC takes (C11 atomics and threads,
 no unsigned __int128, naps instead of the futex: see src/fastvec/native/fv_platform.h) with
 any compiler, to test them.
@@ -25,6 +26,10 @@ compile_args = []
 link_args = []
 if sys.platform != "win32":
     compile_args = ["-O3", "-fno-strict-aliasing", "-Wno-unreachable-code"]
+    # No debug info (Python's own flags ask for -g): it was half of each module's size, and
+    # the wheels ship to users. FASTVEC_DEBUG=1 keeps it.
+    if os.environ.get("FASTVEC_DEBUG") != "1":
+        compile_args.append("-g0")
     if os.environ.get("FASTVEC_NATIVE") == "1":
         compile_args.append("-march=native")
     if os.environ.get("FASTVEC_OPENMP", "1") == "1" and sys.platform.startswith("linux"):
