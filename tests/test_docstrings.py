@@ -28,7 +28,8 @@ MODULES = [
 # Modules whose examples run in another test module, next to what they need there.
 RUN_ELSEWHERE = {"fastvec.ray", "fastvec.ray.vector_env"}  # tests/test_ray.py, on its Ray cluster
 # The optional extras a module's examples need.
-NEEDS = {"fastvec.integrations.sb3": "stable_baselines3", "fastvec.torch.cartpole": "torch"}
+NEEDS = {"fastvec.integrations": "stable_baselines3", "fastvec.integrations.sb3": "stable_baselines3",
+         "fastvec.torch.cartpole": "torch"}
 
 
 @pytest.fixture
