@@ -32,22 +32,11 @@ from cython.parallel cimport prange
 from libc.math cimport exp, expf
 from libc.stdint cimport uintptr_t
 
-from fastvec._ext._omp cimport fv_omp_install_fork_guard, fv_omp_threads
+from fastvec._ext._omp cimport fv_omp_install_fork_guard, fv_omp_max_threads, fv_omp_threads
 from fastvec._ext._types cimport f32, f64, u8, floating
 
 cnp.import_array()
 fv_omp_install_fork_guard()
-
-cdef extern from *:
-    """
-    #ifdef _OPENMP
-    #include <omp.h>
-    static int fastvec_gae_max_threads(void) { return omp_get_max_threads(); }
-    #else
-    static int fastvec_gae_max_threads(void) { return 1; }
-    #endif
-    """
-    int fastvec_gae_max_threads() noexcept nogil
 
 # Done-flag element types a kernel reads directly.
 ctypedef fused flag_t:
@@ -697,7 +686,7 @@ cdef tuple _outputs(str fn, tuple names, object out, int ftype, Py_ssize_t T, Py
 cdef int _threads(object num_threads, Py_ssize_t size, Py_ssize_t N) except -1:
     cdef int n, cap
     if num_threads is None:
-        cap = fastvec_gae_max_threads()
+        cap = fv_omp_max_threads()
         n = <int>min(<Py_ssize_t>cap, size // PAR_MIN_PER_THREAD, N // PAR_MIN_COLS)
         return fv_omp_threads(n) if n > 1 else 1
     n = num_threads

@@ -12,3 +12,4 @@
 cdef extern from "fv_platform.h":
     int fv_omp_install_fork_guard() noexcept nogil
     int fv_omp_threads(int requested) noexcept nogil
+    int fv_omp_max_threads() noexcept nogil  # OpenMP's default thread count (1 without OpenMP)

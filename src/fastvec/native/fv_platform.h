@@ -11,6 +11,7 @@
  *   threads (the env pool)    pthreads                      C11 <threads.h>
  *   wait on a shared word     futex (Linux)                 spin, yield, then 50 us naps
  *   CPU pause in spin loops   x86 pause / arm64 yield       none
+ *   cache prefetch hints      __builtin_prefetch            none
  *
  * MSVC needs /std:c17 and /experimental:c11atomics for the C11 paths (setup.py passes
  * them). macOS takes the native paths but has no futex, so its waits nap as the portable
@@ -151,6 +152,15 @@ static inline void fv_nap(void) {
 }
 #endif
 
+/* Hints that a cache line is about to be read / written (no-ops without GCC builtins). */
+#if FV_GNU_BUILTINS
+#define FV_PREFETCH(p) __builtin_prefetch((const void *)(p), 0)
+#define FV_PREFETCH_W(p) __builtin_prefetch((const void *)(p), 1)
+#else
+#define FV_PREFETCH(p) ((void)(p))
+#define FV_PREFETCH_W(p) ((void)(p))
+#endif
+
 /* A hint to the CPU inside a spin loop (lets a sibling hyperthread run). */
 static inline void fv_pause(void) {
 #if FV_GNU_BUILTINS && (defined(__x86_64__) || defined(__i386__))
@@ -247,6 +257,14 @@ static inline int fv_omp_threads(int requested) { return fv_omp_forked ? 1 : req
 #else
 static inline int fv_omp_install_fork_guard(void) { return 0; }
 static inline int fv_omp_threads(int requested) { return requested; }
+#endif
+
+/* OpenMP's default thread count; 1 in a build without OpenMP (macOS's clang). */
+#ifdef _OPENMP
+#include <omp.h>
+static inline int fv_omp_max_threads(void) { return omp_get_max_threads(); }
+#else
+static inline int fv_omp_max_threads(void) { return 1; }
 #endif
 
 #endif /* FV_PLATFORM_H */

@@ -65,19 +65,10 @@ from fastvec._ext._types cimport f64, i64
 
 fv_omp_install_fork_guard()
 
-cdef extern from *:
-    """
-    /* Hint that a line is about to be read / written (no-ops where unsupported). */
-    #if defined(__GNUC__) || defined(__clang__)
-    #define FASTVEC_PREFETCH(p) __builtin_prefetch((const void*)(p), 0)
-    #define FASTVEC_PREFETCH_W(p) __builtin_prefetch((const void*)(p), 1)
-    #else
-    #define FASTVEC_PREFETCH(p) ((void)0)
-    #define FASTVEC_PREFETCH_W(p) ((void)0)
-    #endif
-    """
-    void FASTVEC_PREFETCH_W(const void* p) noexcept nogil
-    void FASTVEC_PREFETCH(const void* p) noexcept nogil
+# Cache prefetch hints (fv_platform.h: no-ops where the compiler has no builtin for them).
+cdef extern from "fv_platform.h":
+    void FV_PREFETCH_W(const void* p) noexcept nogil
+    void FV_PREFETCH(const void* p) noexcept nogil
 
 
 # Levels above the leaves: 8^21 > 2^63 leaves, so 22 always suffice.
@@ -177,7 +168,7 @@ cdef inline void _prefetch_climb(_Tree* trees, int ntrees, i64 idx, int nfetch) 
     cdef int t, k
     for t in range(ntrees):
         for k in range(nfetch):
-            FASTVEC_PREFETCH_W(trees[t].level[k] + (idx >> (3 * k)))
+            FV_PREFETCH_W(trees[t].level[k] + (idx >> (3 * k)))
 
 
 cdef inline void _climb4(_Tree* t, Py_ssize_t i, const i64* indices, int top, bint is_min) noexcept nogil:
@@ -365,7 +356,7 @@ cdef inline void _pick4(const f64* children, const f64* grandchildren, i64 last,
         node = node if node < last else last
         out[q] = node
         if grandchildren != NULL:
-            FASTVEC_PREFETCH(grandchildren + 8 * node)
+            FV_PREFETCH(grandchildren + 8 * node)
 
 
 cdef inline i64 _pick_guarded(const f64* c, f64* v, bint beyond) noexcept nogil:
@@ -466,7 +457,7 @@ cdef void _descend(
                 nxt = cum + row[j]
             work[k] = x - cum
             out[k] = j
-            FASTVEC_PREFETCH(t.level[start - 1] + 8 * j)
+            FV_PREFETCH(t.level[start - 1] + 8 * j)
     else:
         start = depth
         for k in range(lo, hi):
@@ -492,7 +483,7 @@ cdef void _descend(
                 work[k] = x
                 out[k] = node
                 if grandchildren != NULL:
-                    FASTVEC_PREFETCH(grandchildren + 8 * node)
+                    FV_PREFETCH(grandchildren + 8 * node)
                 k += 1
         g = g_end
     # Redo what the unguarded descent may get wrong: prefixes at or beyond
