@@ -173,3 +173,28 @@ def _take_rows(actions, rows):
     if isinstance(actions, tuple):
         return tuple(_take_rows(value, rows) for value in actions)
     return actions[rows]
+
+
+class _CloseMarkingEnv(ToyEnv):
+    """Writes its index to ``path`` when closed (closing happens in the worker process)."""
+
+    def __init__(self, path, index, **kwargs):
+        super().__init__(**kwargs)
+        self.path, self.index = path, index
+
+    def close(self):
+        with open(self.path, "a") as f:
+            f.write(f"{self.index}\n")
+
+
+def test_close_with_steps_in_flight_lets_them_finish_and_closes_every_env(tmp_path):
+    # An EnvPool-style loop always has a batch in flight when it stops. close() lets it
+    # finish instead of joining busy workers until the timeout and then terminating them.
+    path = str(tmp_path / "closed.txt")
+    fns = [lambda i=i: _CloseMarkingEnv(path, i, step_sleep=0.05) for i in range(4)]
+    env = FastVectorEnv(fns, num_workers=2, batch_size=2)
+    env.async_reset(seed=0)
+    env.send(np.zeros(2, np.int64), env.recv()[4]["env_id"])
+    env.close()
+    with open(path) as f:
+        assert sorted(int(line) for line in f) == [0, 1, 2, 3]

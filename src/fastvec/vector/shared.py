@@ -545,8 +545,9 @@ class FastVectorEnv(VectorEnv):
         """End the workers and free the shared memory.
 
         Args:
-            timeout: seconds to let a pending call finish and the workers exit before
-                they are terminated (default: 5 s for the exit).
+            timeout: seconds to let a pending call (or send/recv steps in flight, whose
+                results are dropped) finish and the workers close their envs and exit before
+                they are terminated (default: 5 s).
             terminate: end the workers at once, without letting them close their envs.
         """
         if self._pool is None:
@@ -559,6 +560,17 @@ class FastVectorEnv(VectorEnv):
                 except Exception:
                     terminate = True
             self._state = _DEFAULT
+        inflight = getattr(self, "_inflight", None)  # (absent if __init__ failed early)
+        if not terminate and not self._pool.closed and inflight is not None and inflight.any():
+            # send/recv steps still in flight (the usual state of an EnvPool-style loop): let
+            # them finish, dropping their results, so that every worker is idle when CLOSE comes
+            # and closes its envs. (A busy worker gets no CLOSE: it would be joined until the
+            # timeout and then terminated, its envs never closed.)
+            try:
+                self._pool.wait(inflight.copy(), 5.0 if timeout is None else timeout, "close")
+            except Exception:
+                terminate = True
+            inflight[:] = 0
         self._pool.shutdown(terminate=terminate, timeout=5.0 if timeout is None else timeout)
 
     def __enter__(self) -> "FastVectorEnv":
