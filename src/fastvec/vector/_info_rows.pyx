@@ -20,7 +20,9 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t, uint8_t, uint32_t
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
+
+import numpy as np
 
 cnp.import_array()
 
@@ -39,7 +41,7 @@ cdef tuple _compile(tuple nodes):
             arg = None
             children = _compile(children)
         elif code == NPSCALAR:
-            arg = kind[1].type
+            arg = (kind[1].type, value_at_header(kind[1]))
         elif code == NDARRAY:
             arg = (kind[1].num, tuple(kind[2]))
         elif code == PIPE:
@@ -48,6 +50,30 @@ cdef tuple _compile(tuple nodes):
             arg = None
         out.append((key, code, arg, offset, nbytes, children))
     return tuple(out)
+
+
+cdef dict _AT_HEADER = {}
+
+
+cpdef bint value_at_header(object dtype):
+    """Whether scalars of ``dtype`` keep their value right after the object header, as
+    NumPy's public ``Py<Type>ScalarObject`` structs lay it out (``PyObject_HEAD``, then
+    ``obval``): then the matcher copies those bytes itself. ``PyArray_ScalarAsCtype`` first
+    looks the scalar's dtype up, which made a NumPy scalar cost twice a Python float (MuJoCo
+    envs return NumPy scalars). Checked once per dtype, on a scalar of known bytes; a dtype
+    that fails the check keeps ``PyArray_ScalarAsCtype``."""
+    cached = _AT_HEADER.get(dtype)
+    if cached is not None:
+        return cached
+    kind = dtype.kind
+    value = True if kind == "b" else 113.625 + 2j if kind == "c" else 113.625 if kind == "f" else 113
+    probe = np.array([value], dtype=dtype)
+    scalar = probe[0]
+    cdef bytes expected = probe.tobytes()
+    at_header = (type(scalar) is dtype.type and
+                 memcmp(<char *><PyObject *>scalar + sizeof(PyObject), <char *>expected, dtype.itemsize) == 0)
+    _AT_HEADER[dtype] = at_header
+    return at_header
 
 
 cdef bint _same_array(cnp.ndarray a, int typenum, tuple shape) noexcept:
@@ -197,9 +223,14 @@ cdef int _match(object d, tuple nodes, uint8_t *row, list piped) except -1:
             else:
                 return 0
         elif code == NPSCALAR:
-            if type(value) is not node[2]:
+            arg = <tuple>node[2]
+            if type(value) is not arg[0]:
                 return 0
-            PyArray_ScalarAsCtype(value, row + <Py_ssize_t>node[3])
+            if arg[1] is True:
+                memcpy(row + <Py_ssize_t>node[3], <char *><PyObject *>value + sizeof(PyObject),
+                       <Py_ssize_t>node[4])
+            else:
+                PyArray_ScalarAsCtype(value, row + <Py_ssize_t>node[3])
         elif code == NDARRAY:
             arg = <tuple>node[2]
             if type(value) is not cnp.ndarray or not _same_array(<cnp.ndarray>value, arg[0], <tuple>arg[1]):
