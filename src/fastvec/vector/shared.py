@@ -468,11 +468,11 @@ class FastVectorEnv(VectorEnv):
             infos,
         )
 
-    def _drain(self) -> None:
+    def _drain(self, timeout: float | None = None, caller: str = "recv") -> None:
         """Wait out send/recv commands still in flight (their results are dropped)."""
         if not self._inflight.any():
             return
-        self._pool.wait(self._inflight.copy(), None, "recv")
+        self._pool.wait(self._inflight.copy(), timeout, caller)
         self._inflight[:] = 0
         self._ready[:] = 1
 
@@ -552,26 +552,25 @@ class FastVectorEnv(VectorEnv):
         """
         if self._pool is None:
             return
+        timeout = 5.0 if timeout is None else timeout
         if getattr(self, "_state", _DEFAULT) is not _DEFAULT:
             logger.warn(f"Calling `close` while waiting for a pending call to `{self._state.value}` to complete.")
             if not terminate and not self._pool.closed:
                 try:
-                    self._pool.wait(self._pending, 5.0 if timeout is None else timeout, "close")
+                    self._pool.wait(self._pending, timeout, "close")
                 except Exception:
                     terminate = True
             self._state = _DEFAULT
-        inflight = getattr(self, "_inflight", None)  # (absent if __init__ failed early)
-        if not terminate and not self._pool.closed and inflight is not None and inflight.any():
-            # send/recv steps still in flight (the usual state of an EnvPool-style loop): let
-            # them finish, dropping their results, so that every worker is idle when CLOSE comes
-            # and closes its envs. (A busy worker gets no CLOSE: it would be joined until the
-            # timeout and then terminated, its envs never closed.)
+        # send/recv steps still in flight (the usual state of an EnvPool-style loop) finish
+        # first, so that every worker is idle when CLOSE comes and closes its envs. (A busy
+        # worker gets no CLOSE: it would be joined until the timeout and then terminated, its
+        # envs never closed.) _inflight is absent if __init__ failed early.
+        if not terminate and not self._pool.closed and hasattr(self, "_inflight"):
             try:
-                self._pool.wait(inflight.copy(), 5.0 if timeout is None else timeout, "close")
+                self._drain(timeout, "close")
             except Exception:
                 terminate = True
-            inflight[:] = 0
-        self._pool.shutdown(terminate=terminate, timeout=5.0 if timeout is None else timeout)
+        self._pool.shutdown(terminate=terminate, timeout=timeout)
 
     def __enter__(self) -> "FastVectorEnv":
         return self
