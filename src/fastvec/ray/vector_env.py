@@ -35,7 +35,8 @@ from fastvec.ray._packing import (
 )
 from fastvec.ray._shard import Failure, Shard, shard_ranges
 from fastvec.spaces import Layout
-from fastvec.vector._arguments import checked_batch_size, checked_count, seeds_per_env, split_reset_options
+from fastvec.vector._arguments import (check_no_ended_envs, check_synchronous, checked_batch_size, checked_count,
+                                       seeds_per_env, split_reset_options)
 
 __all__ = ["RayVectorEnv", "DEFAULT_SHARD_OPTIONS"]
 
@@ -335,15 +336,11 @@ class RayVectorEnv(VectorEnv):
         """Send each shard its envs' actions and return at once (AsyncVectorEnv API)."""
         self._assert_is_running()
         self._assert_idle("step_async")
-        if self.batch_size < self.num_envs:
-            raise RuntimeError(f"this RayVectorEnv has batch_size={self.batch_size} < num_envs={self.num_envs}: "
-                               "step it with send(actions, env_ids) / recv()")
+        check_synchronous("RayVectorEnv", self.batch_size, self.num_envs)
         if self._inflight:
             raise AlreadyPendingCallError("send/recv has commands in flight: recv() them first", "recv")
-        if self._autoreset_disabled and self._autoreset_envs.any():
-            envs = np.flatnonzero(self._autoreset_envs).tolist()
-            raise AssertionError(f"envs {envs} terminated or truncated and autoreset_mode=DISABLED: reset them with "
-                                 "`reset(options={'reset_mask': mask})` before stepping again")
+        if self._autoreset_disabled:
+            check_no_ended_envs(self._autoreset_envs)
         parts = self._split_actions(actions, self._all_shards, None)
         self._check_ray()
         self._pending = [(k, method.remote(part)) for k, (method, part) in enumerate(zip(self._step_methods, parts))]

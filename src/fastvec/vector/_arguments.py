@@ -67,3 +67,26 @@ def checked_batch_size(batch_size, num_envs: int, groups: int, group: str) -> in
                 f"{group} ({num_envs / groups:g}); e.g. num_envs=16, num_{group}s=8, batch_size=8"
             )
     return batch_size
+
+
+
+def check_synchronous(owner: str, batch_size: int, num_envs: int) -> None:
+    """``step``/``step_async`` of a vector env (``owner``: its class name) need synchronous
+    stepping: ``batch_size == num_envs``, else ``RuntimeError``."""
+    if batch_size < num_envs:
+        raise RuntimeError(
+            f"this {owner} has batch_size={batch_size} < num_envs={num_envs}: "
+            "step it with send(actions, env_ids) / recv()"
+        )
+
+
+def check_no_ended_envs(autoreset_envs: np.ndarray) -> None:
+    """With ``autoreset_mode=DISABLED``, stepping needs every env that ended to have been
+    reset (``autoreset_envs``: those that were not): else ``AssertionError``, as Gymnasium's
+    vector envs raise."""
+    if autoreset_envs.any():
+        envs = np.flatnonzero(autoreset_envs).tolist()
+        raise AssertionError(
+            f"envs {envs} terminated or truncated and autoreset_mode=DISABLED: reset them with "
+            "`reset(options={'reset_mask': mask})` before stepping again"
+        )

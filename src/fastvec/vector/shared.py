@@ -22,7 +22,8 @@ from fastvec.errors import (
     ClosedEnvironmentError,
     NoAsyncCallError,
 )
-from fastvec.vector._arguments import checked_batch_size, checked_count, seeds_per_env, split_reset_options
+from fastvec.vector._arguments import (check_no_ended_envs, check_synchronous, checked_batch_size, checked_count,
+                                       seeds_per_env, split_reset_options)
 from fastvec.vector._pool import WorkerPool, usable_cpus
 from fastvec.vector._staging import Staging, layouts
 
@@ -297,19 +298,11 @@ class FastVectorEnv(VectorEnv):
         """Send the actions to the workers and return at once (AsyncVectorEnv API)."""
         self._assert_is_running()
         self._assert_no_pending_call("step_async")
-        if self.batch_size < self.num_envs:
-            raise RuntimeError(
-                f"this FastVectorEnv has batch_size={self.batch_size} < num_envs={self.num_envs}: "
-                "step it with send(actions, env_ids) / recv()"
-            )
+        check_synchronous("FastVectorEnv", self.batch_size, self.num_envs)
         if self._async_used and self._inflight.any():
             raise AlreadyPendingCallError("send/recv has commands in flight: recv() them first", "recv")
-        if self._autoreset_disabled and self._autoreset_envs.any():
-            envs = np.flatnonzero(self._autoreset_envs).tolist()
-            raise AssertionError(
-                f"envs {envs} terminated or truncated and autoreset_mode=DISABLED: reset them with "
-                "`reset(options={'reset_mask': mask})` before stepping again"
-            )
+        if self._autoreset_disabled:
+            check_no_ended_envs(self._autoreset_envs)
         self._start_steps(self._pool.all_workers, self._staging.write_actions(actions))
         self._pending = self._pool.remote_mask
         self._state = _WAITING_STEP
