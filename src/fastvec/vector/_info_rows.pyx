@@ -252,15 +252,32 @@ cdef int _match(object d, tuple nodes, uint8_t *row, list piped) except -1:
     return 1
 
 
-def signature_slots(cnp.ndarray ids not None, const int64_t[::1] worker_of_env not None,
-                    const int64_t[:, ::1] table not None, const int64_t[::1] env_rows not None):
+cdef cnp.ndarray _int64_vector(object a):
+    """``a`` as a C-contiguous int64 vector (itself when it already is one: the per-step case)."""
+    if (type(a) is cnp.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>a) == cnp.NPY_INT64
+            and cnp.PyArray_NDIM(<cnp.ndarray>a) == 1 and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a)):
+        return <cnp.ndarray>a
+    out = np.ascontiguousarray(a, dtype=np.int64)
+    if out.ndim != 1:
+        raise ValueError(f"expected a 1-d array of int64 indices, got shape {out.shape}")
+    return out
+
+
+def signature_slots(cnp.ndarray ids not None, object worker_of_env not None, cnp.ndarray table not None,
+                    object env_rows not None):
     """Which signature each output row has: (slots, order).
 
-    Row k is env ``env_rows[k]``; its global signature is ``table[worker, ids[env]]``.
+    Row k is env ``env_rows[k]``; its global signature is ``table[worker, ids[env]]``
+    (``table``: C-contiguous int64 [workers, local ids]).
     ``order`` holds the global ids other than 0 (no info) in the order the rows first show
     them, ``slots[k]`` the position of row k's in ``order`` (-1: no info).
     """
-    cdef Py_ssize_t n = env_rows.shape[0], k, s, env, num_envs = worker_of_env.shape[0]
+    cdef cnp.ndarray workers_arr = _int64_vector(worker_of_env), rows_arr = _int64_vector(env_rows)
+    cdef const int64_t *worker_of = <const int64_t *>cnp.PyArray_DATA(workers_arr)
+    cdef const int64_t *rows = <const int64_t *>cnp.PyArray_DATA(rows_arr)
+    cdef Py_ssize_t n = cnp.PyArray_DIMS(rows_arr)[0], k, s, env, num_envs = cnp.PyArray_DIMS(workers_arr)[0]
+    cdef Py_ssize_t num_workers, num_local
+    cdef const int64_t *table_data
     cdef uint32_t local
     cdef int64_t g
     cdef const uint32_t *id_data
@@ -272,15 +289,22 @@ def signature_slots(cnp.ndarray ids not None, const int64_t[::1] worker_of_env n
     if (cnp.PyArray_TYPE(ids) != cnp.NPY_UINT32 or cnp.PyArray_NDIM(ids) != 1
             or cnp.PyArray_DIMS(ids)[0] != num_envs or not cnp.PyArray_IS_C_CONTIGUOUS(ids)):
         raise ValueError(f"ids must be a contiguous uint32 vector of {num_envs} entries")
+    if (cnp.PyArray_TYPE(table) != cnp.NPY_INT64 or cnp.PyArray_NDIM(table) != 2
+            or not cnp.PyArray_IS_C_CONTIGUOUS(table)):
+        raise ValueError("table must be a C-contiguous int64 [workers, local ids] array")
+    num_workers, num_local = cnp.PyArray_DIMS(table)[0], cnp.PyArray_DIMS(table)[1]
+    table_data = <const int64_t *>cnp.PyArray_DATA(table)
     id_data = <const uint32_t *>cnp.PyArray_DATA(ids)
     for k in range(n):
-        env = env_rows[k]
+        env = rows[k]
         if not 0 <= env < num_envs:
             raise IndexError(f"env {env} out of range [0, {num_envs})")
         local = id_data[env]
-        if local >= <uint32_t>table.shape[1]:
+        if local >= <uint32_t>num_local:
             raise RuntimeError(f"env {env} has info signature {local}, which its worker never sent")
-        g = table[worker_of_env[env], local]
+        if not 0 <= worker_of[env] < num_workers:
+            raise IndexError(f"env {env}'s worker {worker_of[env]} out of range [0, {num_workers})")
+        g = table_data[worker_of[env] * num_local + local]
         if g == 0:
             slots[k] = -1
             continue
@@ -335,11 +359,15 @@ cdef class Plan:
         self.fast_ops = np.ascontiguousarray(np.concatenate([np.zeros((0, 3), np.int64)] + list(fast)), dtype=np.int64)
         self.mask_ops = np.ascontiguousarray(np.concatenate([np.zeros(0, np.int64)] + list(masks)), dtype=np.int64)
 
-    def run(self, cnp.ndarray rows not None, const int64_t[::1] slots not None,
-            const int64_t[::1] env_rows not None):
+    def run(self, cnp.ndarray rows not None, object slots not None, object env_rows not None):
         """The plan's arrays, one row per output row, each row's values copied in."""
-        cdef list arrays = [self._new(target, slots.shape[0]) for target in self.targets]
-        self._copy(arrays, rows, slots, env_rows)
+        cdef cnp.ndarray slots_arr = _int64_vector(slots), rows_arr = _int64_vector(env_rows)
+        cdef Py_ssize_t n = cnp.PyArray_DIMS(slots_arr)[0]
+        cdef list arrays = [self._new(target, n) for target in self.targets]
+        if cnp.PyArray_DIMS(rows_arr)[0] != n:
+            raise ValueError("slots and env_rows differ in length")
+        self._copy(arrays, rows, <const int64_t *>cnp.PyArray_DATA(slots_arr),
+                   <const int64_t *>cnp.PyArray_DATA(rows_arr), n)
         return arrays
 
     cdef cnp.ndarray _new(self, tuple target, Py_ssize_t n):
@@ -348,7 +376,6 @@ cdef class Plan:
         cdef cnp.npy_intp dims[32]
         cdef int k, ndim = len(shape) + 1
         if typenum < 0:
-            import numpy as np
             dtype = target[2]
             return np.full((n, *shape), None, dtype=object) if dtype == object else np.zeros((n, *shape), dtype)
         if ndim > 32:
@@ -358,10 +385,10 @@ cdef class Plan:
             dims[k] = <cnp.npy_intp>shape[k - 1]
         return cnp.PyArray_ZEROS(ndim, dims, typenum, 0)
 
-    def _copy(self, list arrays not None, cnp.ndarray rows not None, const int64_t[::1] slots not None,
-              const int64_t[::1] env_rows not None):  # arrays: OUT
-        """Copy each row's values into ``arrays`` (C-contiguous, one row per output row)."""
-        cdef Py_ssize_t n = slots.shape[0], num_targets = len(arrays), t, k, s, op, env
+    cdef int _copy(self, list arrays, cnp.ndarray rows, const int64_t *slots, const int64_t *env_rows,
+                   Py_ssize_t n) except -1:  # arrays: OUT
+        """Copy each of the ``n`` rows' values into ``arrays`` (C-contiguous, one row per output row)."""
+        cdef Py_ssize_t num_targets = len(arrays), t, k, s, op, env
         cdef Py_ssize_t row_bytes, num_envs
         cdef char **data = NULL
         cdef Py_ssize_t *stride = NULL
@@ -372,8 +399,6 @@ cdef class Plan:
         cdef const uint8_t *src
         cdef const uint8_t *base
         cdef cnp.ndarray a
-        if env_rows.shape[0] != n:
-            raise ValueError("slots and env_rows differ in length")
         if (cnp.PyArray_TYPE(rows) != cnp.NPY_UINT8 or cnp.PyArray_NDIM(rows) != 2
                 or not cnp.PyArray_IS_C_CONTIGUOUS(rows)):
             raise ValueError("rows must be a C-contiguous uint8 array")
@@ -420,3 +445,4 @@ cdef class Plan:
         finally:
             PyMem_Free(data)
             PyMem_Free(stride)
+        return 0
