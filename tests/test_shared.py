@@ -138,6 +138,47 @@ def test_env_error_names_the_failing_env(failing):
     assert env.closed
 
 
+class KeepsItsAction(gym.Env):
+    """Keeps the action object it was handed (an env that logs or replays its actions)."""
+
+    observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+    action_space = gym.spaces.Box(-1, 1, (3,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.action = action
+        return np.zeros(2, np.float32), 0.0, False, False, {}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int16])
+def test_caller_share_gets_its_action_rows_as_sync_hands_them(dtype):
+    """With step_in_caller=True the caller's own envs get their rows of the very array the
+    user passed (SyncVectorEnv's ``iterate``: views, in the user's dtype); a worker's envs
+    get copies of the same values."""
+    actions = np.arange(12).reshape(4, 3).astype(dtype)
+    ref = SyncVectorEnv([KeepsItsAction] * 4)
+    ref.reset(seed=0)
+    ref.step(actions)
+    with FastVectorEnv([KeepsItsAction] * 4, num_workers=2, step_in_caller=True) as env:
+        env.reset(seed=0)
+        env.step(actions)
+        kept = env.get_attr("action")
+        own = env._pool._local_envs
+        assert len(own) == 2
+        for k in range(4):
+            expected = ref.envs[k].action
+            assert np.shares_memory(expected, actions)
+            assert kept[k].dtype == expected.dtype == dtype and kept[k].shape == expected.shape
+            np.testing.assert_array_equal(kept[k], expected)
+        for k, own_env in enumerate(own):
+            assert np.shares_memory(own_env.action, actions)
+            assert own_env.action.base is not None and own_env.action.ctypes.data == actions[k].ctypes.data
+    ref.close()
+
+
 @pytest.mark.parametrize("step_in_caller", [True, False])
 @pytest.mark.parametrize("num_workers", [1, 2, 3, 7])
 def test_parity_worker_counts_and_seeds(num_workers, step_in_caller):

@@ -96,3 +96,26 @@ def test_waits_time_out():
     assert _sync.wait_command(ctrl, 0, 1, 1e-5, 0.05) is None
     assert time.perf_counter() - start < 2.0
 
+
+
+@settings(max_examples=80, deadline=None)
+@given(done=st.lists(st.booleans(), min_size=1, max_size=6), data=st.data())
+def test_done_status_bits_is_status_bits_once_all_are_done(done, data):
+    """-1 while any worker in the mask runs a command, else exactly status_bits (plain-Python reference)."""
+    workers = len(done)
+    ctrl = np.zeros((workers + 1, 16), np.uint32)
+    mask = np.array(data.draw(st.lists(st.booleans(), min_size=workers, max_size=workers)), np.uint8)
+    statuses = data.draw(st.lists(st.integers(0, 40), min_size=workers, max_size=workers))
+    for w in range(workers):
+        seq = _sync.send_command(ctrl, w, 1)
+        if done[w]:
+            _sync.finish_command(ctrl, w, seq, statuses[w])
+    busy = any(mask[w] and not done[w] for w in range(workers))
+    expected = 0
+    for w in range(workers):
+        if mask[w]:
+            expected |= 1 << min(statuses[w] if done[w] else 0, 31)
+    if busy:
+        assert _sync.done_status_bits(ctrl, mask) == -1
+    else:
+        assert _sync.done_status_bits(ctrl, mask) == expected == _sync.status_bits(ctrl, mask)

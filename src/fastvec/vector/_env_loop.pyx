@@ -15,6 +15,7 @@ plain float / bool is stored by NumPy's own item assignment (same conversion,
 same errors), and an env that raises leaves its global index in ``current``.
 """
 cimport numpy as cnp
+import numpy as np
 from cpython.float cimport PyFloat_AS_DOUBLE
 
 from cpython.dict cimport PyDict_CheckExact, PyDict_Size
@@ -25,8 +26,13 @@ from fastvec.vector._rows cimport copy_row, fits_row, row_bytes
 
 cnp.import_array()
 
+# NumPy's float64 scalar is a Python float subclass holding its value where a float does
+# (MuJoCo envs return their rewards as such scalars).
+cdef object _NP_FLOAT64 = np.float64
+
+
 cdef inline int _store_reward(double *out, cnp.ndarray arr, Py_ssize_t j, object reward) except -1:
-    if type(reward) is float:
+    if type(reward) is float or type(reward) is _NP_FLOAT64:
         out[j] = PyFloat_AS_DOUBLE(reward)
     else:
         arr[j] = reward  # NumPy's conversion, as SyncVectorEnv's ``rewards[i] = reward``

@@ -80,7 +80,7 @@ class WorkerPool:
         self._env_fns = env_fns
         self._autoreset_mode = autoreset_mode
         self._parent_spin_s = parent_spin_s
-        self._wait_mean = parent_spin_s  # how long commands took, a running mean (see wait)
+        self._wait_mean = parent_spin_s  # how long commands took, a running mean (see _wait_until_done)
         self.ctrl: np.ndarray | None = None
         #: what else holds views of the shared block: released (``release()``) at shutdown
         self.views = None
@@ -197,15 +197,17 @@ class WorkerPool:
         _protocol.send(self._pipes[w], (name, payload))
         _sync.send_command(self.ctrl, w, _PIPE)
 
-    def start_steps(self, workers, per_env: list | None, env_ids=None) -> None:
+    def start_steps(self, workers, per_env: list | None, env_ids=None, direct: np.ndarray | None = None) -> None:
         """Tell ``workers`` to step: the actions are in the shared slabs (``per_env`` None)
         or, one per env, in ``per_env`` for the pipes (row k for env ``env_ids[k]``;
-        default: env k). The caller's own share, if any, runs at the next wait."""
+        default: env k). The caller's own share, if any, runs at the next wait, with its
+        rows of ``direct`` (every env's actions, as they went into the slabs) when given."""
         ctrl = self.ctrl
         if per_env is None:
             for w in workers:
                 if w == 0 and self.local is not None:
-                    self._local_job = self._local_step_job
+                    self._local_job = (self._local_step_job if direct is None
+                                       else ("step", self.local.step, (direct[: self.stops[0]],)))
                 else:
                     _sync.send_command(ctrl, w, _STEP)
             return
@@ -231,47 +233,29 @@ class WorkerPool:
         exception re-raised; ``multiprocessing.TimeoutError`` after ``timeout`` seconds
         (the command stays pending: wait again, or close).
         """
-        deadline = None if timeout is None else time.perf_counter() + timeout
+        started = time.perf_counter()
+        deadline = None if timeout is None else started + timeout
         replies: list = []
         call_errors: list = []
         infos_seen = False
-        try:
-            status, reply = self._run_local_job()
-            if status == _MESSAGE:
-                replies.append((0, reply))
-            infos_seen = status == _INFOS
-        except _RecoverableError as exc:
-            call_errors.append((0, exc.error))  # raised once the workers have answered too
+        if self._local_job is not None:
+            try:
+                status, reply = self._run_local_job()
+                if status == _MESSAGE:
+                    replies.append((0, reply))
+                infos_seen = status == _INFOS
+            except _RecoverableError as exc:
+                call_errors.append((0, exc.error))  # raised once the workers have answered too
         # (the step's mask, remote_mask, never holds the caller's own worker 0)
         if self.local is not None and pending is not self.remote_mask and pending[0]:
             pending = pending.copy()
             pending[0] = 0
-        # How the caller waits. Until a first worker is done every core is busy with one, so
-        # it blocks after a short spin. From then on a core is free (that worker's, or the
-        # caller's own once it has stepped its share itself), so it spins, yielding, for
-        # about half as long as recent commands took: the last answer is then seen at once
-        # instead of through a wake-up from a blocked wait, which costs tens of
-        # microseconds on a virtual machine, a sizeable part of a step of a few hundred.
-        expected = self._wait_mean
-        tail = min(max(self._parent_spin_s, 0.5 * expected), MAX_TAIL_SPIN_S)
-        spin = tail if self.local is not None else self._parent_spin_s
-        started = time.perf_counter()
-        while True:
-            chunk = LIVENESS_INTERVAL
-            if deadline is not None:
-                chunk = max(0.0, min(chunk, deadline - time.perf_counter()))
-            busy = _sync.wait_all_done(self.ctrl, pending, spin, chunk, tail)
-            if busy < 0:
-                self._wait_mean = expected + 0.125 * (min(time.perf_counter() - started, 4 * MAX_TAIL_SPIN_S) - expected)
-                break
-            for w in np.flatnonzero(pending):
-                if not _sync.is_done(self.ctrl, w):
-                    self.check_alive(int(w))
-            if deadline is not None and time.perf_counter() >= deadline:
-                raise multiprocessing.TimeoutError(
-                    f"The call to `{caller}` has timed out after {timeout} second(s); it is still pending."
-                )
-        bits = _sync.status_bits(self.ctrl, pending)
+        bits = _sync.done_status_bits(self.ctrl, pending)
+        if bits < 0:  # (else all were done already: the caller's own share took longest)
+            self._wait_until_done(pending, deadline, timeout, caller)
+            bits = _sync.status_bits(self.ctrl, pending)
+        # How long commands take, the caller's own share included: the next wait's spin.
+        self._wait_mean += 0.125 * (min(time.perf_counter() - started, 4 * MAX_TAIL_SPIN_S) - self._wait_mean)
         if bits & ~_QUIET_BITS:  # something to read: a reply, an error
             workers = self.remote_workers if pending is self.remote_mask else np.flatnonzero(pending).tolist()
             infos_seen = self.read_statuses(workers, replies, call_errors) or infos_seen
@@ -283,6 +267,34 @@ class WorkerPool:
                 raise error
             self.raise_remote(w, error, close=False)
         return replies, infos_seen
+
+    def _wait_until_done(self, pending: np.ndarray, deadline: float | None, timeout: float | None,
+                         caller: str) -> None:
+        """Wait until every worker in ``pending`` has finished (see :meth:`wait`)."""
+        # How the caller waits. Until a first worker is done every core is busy with one, so
+        # it blocks after a short spin. From then on a core is free (that worker's, or the
+        # caller's own once it has stepped its share itself), so it spins, yielding, for
+        # about half as long as recent commands took (the caller's own share included): the
+        # last answer is then seen at once instead of through a wake-up from a blocked wait,
+        # which costs tens of microseconds on a virtual machine, a sizeable part of a step of
+        # a few hundred. (A worker that finishes its even share 20-40 µs after the caller's,
+        # one step in ten with MuJoCo envs, is still waited for by spinning.)
+        tail = min(max(self._parent_spin_s, 0.5 * self._wait_mean), MAX_TAIL_SPIN_S)
+        spin = tail if self.local is not None else self._parent_spin_s
+        while True:
+            chunk = LIVENESS_INTERVAL
+            if deadline is not None:
+                chunk = max(0.0, min(chunk, deadline - time.perf_counter()))
+            busy = _sync.wait_all_done(self.ctrl, pending, spin, chunk, tail)
+            if busy < 0:
+                return
+            for w in np.flatnonzero(pending):
+                if not _sync.is_done(self.ctrl, w):
+                    self.check_alive(int(w))
+            if deadline is not None and time.perf_counter() >= deadline:
+                raise multiprocessing.TimeoutError(
+                    f"The call to `{caller}` has timed out after {timeout} second(s); it is still pending."
+                )
 
     def wait_some(self, pending: np.ndarray, want: int, first: int, timeout: float | None) -> tuple[list, list, bool]:
         """Wait until workers in ``pending`` with at least ``want`` envs between them are done,

@@ -100,6 +100,9 @@ class Staging:
         # One Cython call writes the common action batch (one leaf, an ndarray of its shape).
         self._act_single = self._act_slabs[0] if act_layout.is_leaf and not act_layout.has_objects else None
         self._act_single_shape = act_layout.leaves[0].shape
+        #: the ndarray the last write_actions copied into the single action slab as it was
+        #: (each env's row in the dtype it came in), else None
+        self.direct_actions = None
 
     # -- actions in -------------------------------------------------------------------------
     def write_actions(self, actions, rows: slice | np.ndarray | None = None) -> list | None:
@@ -119,10 +122,12 @@ class Staging:
             count, first = rows.stop - rows.start, rows.start
         else:
             count, first = len(rows), None
+        self.direct_actions = None
         if self._act_single is not None and first is not None:
             code = _sync.write_action_rows(actions, self._act_single, first, count, self._act_single_shape)
             if code:
                 self._codes = (code,)
+                self.direct_actions = actions
                 return None
         layout = self.act_layout
         if not layout.has_objects:
@@ -211,7 +216,7 @@ class Staging:
         """Drop every view of the block (the vector env is closed): its mapping goes with the
         last one, which may be a ``copy=False`` observation the user still holds."""
         self.rewards = self.terminations = self.truncations = self.infos = None
-        self._obs_single = self._act_single = self._act_dtypes = None
+        self._obs_single = self._act_single = self._act_dtypes = self.direct_actions = None
         self._obs_slabs = self._act_slabs = []
 
     def clear_infos(self, rows: slice) -> None:

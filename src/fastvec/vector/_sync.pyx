@@ -272,18 +272,35 @@ def wait_any_done(cnp.ndarray ctrl not None, cnp.ndarray pending not None,
     return w
 
 
-def status_bits(cnp.ndarray ctrl not None, cnp.ndarray mask not None):
-    """The OR of ``1 << status`` over the workers in ``mask`` (their finished commands'
-    status words): one call tells the caller whether anything but OK is there to read."""
-    cdef Py_ssize_t workers, w
-    cdef uint32_t *base = _ctrl_of(ctrl, &workers)
-    cdef const uint8_t *active = _mask_of(mask, workers, "mask")
+cdef uint32_t _status_bits(uint32_t *base, const uint8_t *active, Py_ssize_t workers) noexcept nogil:
+    cdef Py_ssize_t w
     cdef uint32_t bits = 0, status
     for w in range(workers):
         if active[w]:
             status = fv_load(&_row(base, w)[<int>STATUS])
             bits |= (<uint32_t>1) << (status if status < 31 else 31)
     return bits
+
+
+def status_bits(cnp.ndarray ctrl not None, cnp.ndarray mask not None):
+    """The OR of ``1 << status`` over the workers in ``mask`` (their finished commands'
+    status words): one call tells the caller whether anything but OK is there to read."""
+    cdef Py_ssize_t workers
+    cdef uint32_t *base = _ctrl_of(ctrl, &workers)
+    cdef const uint8_t *active = _mask_of(mask, workers, "mask")
+    return _status_bits(base, active, workers)
+
+
+def done_status_bits(cnp.ndarray ctrl not None, cnp.ndarray mask not None):
+    """:func:`status_bits` of the workers in ``mask`` if every one of them has finished its
+    command, else -1: the caller's check, before it waits, that there is nothing to wait for."""
+    cdef Py_ssize_t workers = 0, w
+    cdef uint32_t *base = _ctrl_of(ctrl, &workers)
+    cdef const uint8_t *active = _mask_of(mask, workers, "mask")
+    for w in range(workers):
+        if active[w] and not _is_done(_row(base, w)):
+            return -1
+    return _status_bits(base, active, workers)
 
 
 def send_command(cnp.ndarray ctrl not None, Py_ssize_t worker, uint32_t command):

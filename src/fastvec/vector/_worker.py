@@ -80,8 +80,9 @@ class _Worker:
 
     # -- commands -----------------------------------------------------------------
     def step(self, actions: list | None = None) -> tuple[int, Any]:
-        """Step every env; ``actions``: one per env when they came on the pipe, else None
-        (they are in the slabs)."""
+        """Step every env; ``actions``: one per env when they came on the pipe (or, for the
+        caller's own share, its rows of the caller's action array), else None (they are in
+        the slabs)."""
         if actions is None:
             actions = self._read_actions()
         try:
@@ -156,7 +157,8 @@ class _Worker:
         """Store ``last_obs`` in the shared slabs (unless the env loop ``written`` them
         already) and return the command's status and reply (what goes on the pipe):
         (observation parts, info message, whether some env left info values)."""
-        observations = self._store_observations(written)
+        # (written: each observation is in its row already, and nothing is left for the pipe)
+        observations = None if written else self._store_observations()
         kernel = self.infos.kernel
         stored, kernel.stored = kernel.stored, 0
         infos = self.infos.take_message() if stored else None
@@ -164,7 +166,7 @@ class _Worker:
             return (_INFOS if stored else _OK), None
         return _MESSAGE, (observations, infos, stored > 0)
 
-    def _store_observations(self, written: bool):
+    def _store_observations(self):
         """Fixed-size leaves into the slabs; returns what must go on the pipe (or None):
         ``("all", observations)`` without a shared observation buffer, else the changed
         object-leaf values ``[(env, leaf position, value)]``."""
@@ -174,8 +176,7 @@ class _Worker:
             return ("all", list(self.last_obs))
         try:
             if layout.is_leaf and not layout.has_objects:
-                # (written: the env loop already copied each observation into its row)
-                if not written and not _sync.stack_rows(self.last_obs, self.obs_slabs[0]):
+                if not _sync.stack_rows(self.last_obs, self.obs_slabs[0]):
                     np.stack(self.last_obs, axis=0, out=self.obs_slabs[0])
                 return None
             per_leaf = zip(*(layout.split(obs) for obs in self.last_obs))

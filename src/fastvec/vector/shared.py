@@ -292,24 +292,39 @@ class FastVectorEnv(VectorEnv):
     def step(self, actions):
         """Step every env with its action; returns (obs, rewards, terminations, truncations, infos)."""
         self.step_async(actions)
-        return self.step_wait()
+        # step_wait() without its checks, which step_async has just made true
+        replies, infos_seen = self._pool.wait(self._pending, None, "step_wait")
+        self._state = _DEFAULT
+        staging = self._staging
+        return self._step_results(staging.take_replies(replies, staging.all_env_rows, infos_seen))
 
     def step_async(self, actions) -> None:
         """Send the actions to the workers and return at once (AsyncVectorEnv API)."""
-        self._assert_is_running()
-        self._assert_no_pending_call("step_async")
-        check_synchronous("FastVectorEnv", self.batch_size, self.num_envs)
+        pool = self._pool
+        if pool is None or pool.closed or self._state is not _DEFAULT or self.batch_size != self.num_envs:
+            self._assert_is_running()
+            self._assert_no_pending_call("step_async")
+            check_synchronous("FastVectorEnv", self.batch_size, self.num_envs)
         if self._async_used and self._inflight.any():
             raise AlreadyPendingCallError("send/recv has commands in flight: recv() them first", "recv")
         if self._autoreset_disabled:
             check_no_ended_envs(self._autoreset_envs)
-        self._start_steps(self._pool.all_workers, self._staging.write_actions(actions))
-        self._pending = self._pool.remote_mask
+        staging = self._staging
+        per_env = staging.write_actions(actions)
+        if per_env is None:
+            staging.publish_action_dtypes(pool.all_workers)
+        # (the caller's own share, if any, steps with its rows of ``actions`` as they came,
+        # as SyncVectorEnv hands them out, when they went into the slab unchanged)
+        pool.start_steps(pool.all_workers, per_env, direct=staging.direct_actions)
+        self._pending = pool.remote_mask
         self._state = _WAITING_STEP
 
     def step_wait(self, timeout: float | None = None):
         """Wait for the step sent by :meth:`step_async`; ``TimeoutError`` after ``timeout`` seconds."""
-        infos = self._collect(_WAITING_STEP, "step_wait", timeout)
+        return self._step_results(self._collect(_WAITING_STEP, "step_wait", timeout))
+
+    def _step_results(self, infos: dict) -> tuple:
+        """The step's (obs, rewards, terminations, truncations, infos), once every env has stepped."""
         staging = self._staging
         if self._autoreset_disabled:
             np.logical_or(staging.terminations, staging.truncations, out=self._autoreset_envs)
