@@ -152,16 +152,20 @@ class NoneInfoEnv(ScheduleEnv):
         return obs, reward, terminated, truncated, None
 
 
-def test_an_info_that_is_not_a_dict_fails_as_in_sync():
+@pytest.mark.parametrize("step_in_caller", [False, True])
+def test_an_info_that_is_not_a_dict_fails_as_in_sync(step_in_caller):
+    # On every step, also after a caller caught the error and stepped on (the value then
+    # has a signature its worker has sent before, and must travel on the pipe again).
     fns = [lambda: NoneInfoEnv([({}, False)], [{}])] * 2
     ref = SyncVectorEnv(fns)
     ref.reset(seed=0)
-    with pytest.raises(AttributeError):
-        ref.step(np.zeros(2, np.int64))
-    with FastVectorEnv(fns, num_workers=2) as env:
+    with FastVectorEnv(fns, num_workers=2, step_in_caller=step_in_caller) as env:
         env.reset(seed=0)
-        with pytest.raises(AttributeError):
-            env.step(np.zeros(2, np.int64))
+        for _ in range(3):
+            with pytest.raises(AttributeError):
+                ref.step(np.zeros(2, np.int64))
+            with pytest.raises(AttributeError):
+                env.step(np.zeros(2, np.int64))
 
 
 def test_steps_without_infos_send_nothing():
