@@ -69,7 +69,6 @@ def checked_batch_size(batch_size, num_envs: int, groups: int, group: str) -> in
     return batch_size
 
 
-
 def check_synchronous(owner: str, batch_size: int, num_envs: int) -> None:
     """``step``/``step_async`` of a vector env (``owner``: its class name) need synchronous
     stepping: ``batch_size == num_envs``, else ``RuntimeError``."""

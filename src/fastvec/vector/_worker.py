@@ -91,11 +91,6 @@ class _Worker:
         except BaseException:
             self.current_env = loop.current
             raise
-        if loop.obs_written and not self.infos.has_message:
-            # The common case, _finish's without a call: everything is in the block.
-            kernel = self.infos.kernel
-            stored, kernel.stored = kernel.stored, 0
-            return (_INFOS if stored else _OK), None
         return self._finish(loop.obs_written)
 
     def reset(self, seeds, options, mask) -> tuple[int, Any]:
@@ -167,7 +162,7 @@ class _Worker:
         observations = None if written else self._store_observations()
         kernel = self.infos.kernel
         stored, kernel.stored = kernel.stored, 0
-        infos = self.infos.take_message() if stored else None
+        infos = self.infos.take_message() if stored and self.infos.has_message else None
         if observations is None and infos is None:
             return (_INFOS if stored else _OK), None
         return _MESSAGE, (observations, infos, stored > 0)

@@ -293,23 +293,18 @@ class FastVectorEnv(VectorEnv):
         """Step every env with its action; returns (obs, rewards, terminations, truncations, infos)."""
         self.step_async(actions)
         # step_wait() without its checks, which step_async has just made true
-        replies, infos_seen = self._pool.wait(self._pending, None, "step_wait")
-        self._state = _DEFAULT
-        staging = self._staging
-        return self._step_results(staging.take_replies(replies, staging.all_env_rows, infos_seen))
+        return self._step_results(self._finish_pending("step_wait", None))
 
     def step_async(self, actions) -> None:
         """Send the actions to the workers and return at once (AsyncVectorEnv API)."""
-        pool = self._pool
-        if pool is None or pool.closed or self._state is not _DEFAULT or self.batch_size != self.num_envs:
-            self._assert_is_running()
-            self._assert_no_pending_call("step_async")
-            check_synchronous("FastVectorEnv", self.batch_size, self.num_envs)
+        self._assert_is_running()
+        self._assert_no_pending_call("step_async")
+        check_synchronous("FastVectorEnv", self.batch_size, self.num_envs)
         if self._async_used and self._inflight.any():
             raise AlreadyPendingCallError("send/recv has commands in flight: recv() them first", "recv")
         if self._autoreset_disabled:
             check_no_ended_envs(self._autoreset_envs)
-        staging = self._staging
+        pool, staging = self._pool, self._staging
         per_env = staging.write_actions(actions)
         if per_env is None:
             staging.publish_action_dtypes(pool.all_workers)
@@ -347,6 +342,10 @@ class FastVectorEnv(VectorEnv):
         self._assert_is_running()
         if self._state is not expected:
             raise NoAsyncCallError(f"Calling `{caller}` without any prior call to `{expected.value}_async`.", expected.value)
+        return self._finish_pending(caller, timeout)
+
+    def _finish_pending(self, caller: str, timeout: float | None) -> dict[str, Any]:
+        """Wait for the pending step or reset (already checked), then build the infos."""
         replies, infos_seen = self._pool.wait(self._pending, timeout, caller)
         self._state = _DEFAULT
         return self._staging.take_replies(replies, self._staging.all_env_rows, infos_seen)
