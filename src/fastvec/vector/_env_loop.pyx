@@ -22,6 +22,7 @@ from cpython.dict cimport PyDict_CheckExact, PyDict_Size
 
 from fastvec.vector._info_rows cimport Writer
 from fastvec.native.kit cimport FV_DISABLED as DISABLED, FV_NEXT_STEP as NEXT_STEP, FV_SAME_STEP as SAME_STEP
+from fastvec.vector._protocol cimport INFOS, OK
 from fastvec.vector._rows cimport copy_row, fits_row, row_bytes
 
 cnp.import_array()
@@ -171,3 +172,16 @@ cdef class EnvLoop:
             self.current = self.first + j
             raise
         self.obs_written = written
+
+    cpdef int quiet_status(self):
+        """After :meth:`step`: the command's status when it leaves nothing for the pipe,
+        ``Status.INFOS`` (some env left info values in its row) or ``Status.OK``, clearing the
+        info writer's count for the next command; -1 when something must go on the pipe
+        (an observation the loop could not write, a new info signature, a piped value),
+        leaving the worker's ``_finish`` to send it."""
+        cdef Writer infos = self.infos
+        if not self.obs_written or (infos.stored and infos.has_message):
+            return -1
+        status = INFOS if infos.stored else OK
+        infos.stored = 0
+        return status

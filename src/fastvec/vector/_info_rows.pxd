@@ -26,6 +26,7 @@ cdef class Writer:
     cdef cnp.ndarray last_arr  # per env: the signature of its previous info (int64)
     cdef object owner          # the InfoWriter (slow path, piped values)
     cdef public Py_ssize_t stored  # envs that added something since the worker last reset it
+    cdef public bint has_message   # whether the owner has something for the pipe (take_message)
 
     cdef int capture(self, Py_ssize_t j, tuple additions) except -1
     cdef void empty(self, Py_ssize_t j) noexcept

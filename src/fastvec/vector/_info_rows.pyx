@@ -115,6 +115,7 @@ cdef class Writer:
         self.last_arr = cnp.PyArray_ZEROS(1, cnp.PyArray_DIMS(ids), cnp.NPY_INT64, 0)
         self.owner = owner
         self.stored = 0
+        self.has_message = False
 
     def add_template(self, tuple nodes not None, Py_ssize_t pipe_count, bint generic):
         """Register the next signature id's template (``Template.nodes``; empty if generic)."""

@@ -190,8 +190,6 @@ class InfoWriter:
         self._ids_of: dict = {EMPTY: 0}
         self._new: list = []
         self._piped: list = []
-        #: whether :meth:`take_message` has something to return (read on every step)
-        self.has_message = False
         self.kernel = _kernel.Writer(ids, rows, self)
         self.kernel.add_template((), 0, False)
 
@@ -205,27 +203,33 @@ class InfoWriter:
             self.templates.append(template)
             self.kernel.add_template(template.nodes, template.pipe_count, template.generic)
             self._new.append((sid, signature))
-            self.has_message = True
+            self.kernel.has_message = True
         if self.templates[sid].generic:
             self.kernel.set_id(j, sid)
             self._piped.append((j, list(additions)))
-            self.has_message = True
+            self.kernel.has_message = True
         elif not self.kernel.write(j, sid, additions):  # pragma: no cover - describe() and the kernel disagree
             raise AssertionError(f"info of env {j} does not match its own signature {signature!r}")
 
     def add_piped(self, j: int, values: list) -> None:
         """Values of env ``j``'s info that travel on the pipe (called by the kernel)."""
         self._piped.append((j, values))
-        self.has_message = True
+        self.kernel.has_message = True
 
     def take_message(self) -> tuple | None:
         """(new signatures, piped values) for the pipe, or None when there are none."""
-        if not self.has_message:
+        if not self.kernel.has_message:
             return None
         message = (self._new, self._piped)
         self._new, self._piped = [], []
-        self.has_message = False
+        self.kernel.has_message = False
         return message
+
+    @property
+    def has_message(self) -> bool:
+        """Whether :meth:`take_message` has something to return (the kernel keeps the flag:
+        the compiled step path reads it on every step)."""
+        return self.kernel.has_message
 
 
 # ---------------------------------------------------------------------------------------

@@ -82,12 +82,17 @@ class WorkerPool:
         self._parent_spin_s = parent_spin_s
         self._wait_mean = parent_spin_s  # how long commands took, a running mean (see _wait_until_done)
         self.ctrl: np.ndarray | None = None
-        #: what else holds views of the shared block: released (``release()``) at shutdown
-        self.views = None
+        #: weak references to what else holds views of the shared block, each released
+        #: (``release()``) at shutdown (weak: the holders refer to the pool, and a cycle would
+        #: keep the pool's processes and pipes until the next garbage collection)
+        self.views: list[weakref.ref] = []
         self.local: _Worker | None = None  # the caller's own share, with step_in_caller
         self._local_envs: list = []
         self._local_job = None  # (phase, method, args) the caller runs at the next wait
         self._local_step_job = None  # the step's local job, built once
+        # what the caller's own share of the pending command gave ((status, reply), or the
+        # _RecoverableError it raised) until the wait for the workers is over
+        self._local_outcome = None
         self._processes: list = []
         self._pipes: list = []
         self._buffers: list = [None]
@@ -224,28 +229,28 @@ class WorkerPool:
                 _sync.send_command(ctrl, w, _STEP_PIPE)
 
     # -- waiting ------------------------------------------------------------------------------
-    def wait(self, pending: np.ndarray, timeout: float | None, caller: str) -> tuple[list, bool]:
+    def wait(self, pending: np.ndarray, timeout: float | None, caller: str,
+             started: float | None = None, local: tuple | None = None) -> tuple[list, bool]:
         """Wait for the workers in ``pending`` (the caller running its own share first).
 
         Returns ([(worker, reply)] for those that sent one on the pipe, whether some env of
         the command left info values in the block). A worker that failed is reported as
         AsyncVectorEnv reports it (one ``logger.error`` pair per failed worker) and its
         exception re-raised; ``multiprocessing.TimeoutError`` after ``timeout`` seconds
-        (the command stays pending: wait again, or close).
+        (the command stays pending: wait again, or close). ``started``: when the command
+        was sent (``time.perf_counter()``), if before this call; ``local``: the (status,
+        reply) of the caller's own share, if it has run already (the compiled step).
         """
-        started = time.perf_counter()
+        if started is None:
+            started = time.perf_counter()
         deadline = None if timeout is None else started + timeout
-        replies: list = []
-        call_errors: list = []
-        infos_seen = False
         if self._local_job is not None:
             try:
-                status, reply = self._run_local_job()
-                if status == _MESSAGE:
-                    replies.append((0, reply))
-                infos_seen = status == _INFOS
+                self._local_outcome = self._run_local_job()
             except _RecoverableError as exc:
-                call_errors.append((0, exc.error))  # raised once the workers have answered too
+                self._local_outcome = exc  # raised once the workers have answered too
+        elif local is not None:
+            self._local_outcome = local
         # (the step's mask, remote_mask, never holds the caller's own worker 0)
         if self.local is not None and pending is not self.remote_mask and pending[0]:
             pending = pending.copy()
@@ -254,8 +259,20 @@ class WorkerPool:
         if bits < 0:  # (else all were done already: the caller's own share took longest)
             self._wait_until_done(pending, deadline, timeout, caller)
             bits = _sync.status_bits(self.ctrl, pending)
-        # How long commands take, the caller's own share included: the next wait's spin.
-        self._wait_mean += 0.125 * (min(time.perf_counter() - started, 4 * MAX_TAIL_SPIN_S) - self._wait_mean)
+        self.record_command_time(started)
+        # The caller's own share's outcome is kept until here, so that a wait that is
+        # interrupted (Ctrl-C, a timeout) and resumed does not lose it.
+        outcome, self._local_outcome = self._local_outcome, None
+        replies: list = []
+        call_errors: list = []
+        infos_seen = False
+        if isinstance(outcome, _RecoverableError):
+            call_errors.append((0, outcome.error))
+        elif outcome is not None:
+            status, reply = outcome
+            if status == _MESSAGE:
+                replies.append((0, reply))
+            infos_seen = status == _INFOS
         if bits & ~_QUIET_BITS:  # something to read: a reply, an error
             workers = self.remote_workers if pending is self.remote_mask else np.flatnonzero(pending).tolist()
             infos_seen = self.read_statuses(workers, replies, call_errors) or infos_seen
@@ -267,6 +284,11 @@ class WorkerPool:
                 raise error
             self.raise_remote(w, error, close=False)
         return replies, infos_seen
+
+    def record_command_time(self, started: float) -> None:
+        """Add the command sent at ``started`` to the running mean of how long commands take,
+        the caller's own share included: the next wait's spin (see :meth:`_wait_until_done`)."""
+        self._wait_mean += 0.125 * (min(time.perf_counter() - started, 4 * MAX_TAIL_SPIN_S) - self._wait_mean)
 
     def _wait_until_done(self, pending: np.ndarray, deadline: float | None, timeout: float | None,
                          caller: str) -> None:
@@ -391,11 +413,13 @@ class WorkerPool:
                 annotate(exc, self.local.current_env,
                          f"raised by env {self.local.current_env} in the calling process during {phase}.")
                 raise _RecoverableError(exc) from None
-            self._fail_local(exc, phase)
+            self.fail_local(exc, phase)
         except BaseException as exc:
-            self._fail_local(exc, phase)
+            self.fail_local(exc, phase)
 
-    def _fail_local(self, exc: BaseException, phase: str) -> None:
+    def fail_local(self, exc: BaseException, phase: str) -> None:
+        """Re-raise ``exc``, raised by the caller's own share during ``phase``, naming its env,
+        after closing the pool (what a worker's fatal error does)."""
         env_index = self.local.current_env
         self.shutdown(terminate=True)
         annotate(exc, env_index, f"raised by env {env_index} in the calling process during {phase}; "
@@ -461,11 +485,13 @@ class WorkerPool:
             for w, process in enumerate(self._processes):
                 if process is not None and process.is_alive() and _sync.is_done(ctrl, w):
                     _sync.send_command(ctrl, w, Command.CLOSE)
-        self._local_job = self._local_step_job = None
+        self._local_job = self._local_step_job = self._local_outcome = None
         self.local = None
         self.ctrl = None
-        if self.views is not None:
-            self.views.release()
+        for ref in self.views:
+            holder = ref()
+            if holder is not None:
+                holder.release()
         _finalize(self._processes, self._pipes, self._buffers, self._local_envs, timeout=0.0 if terminate else timeout)
         self._finalizer.detach()
         self.closed = True

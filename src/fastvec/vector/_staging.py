@@ -83,7 +83,8 @@ class Staging:
         self.all_env_rows = np.arange(self.num_envs, dtype=np.int64)
         self.infos = InfoAssembler(buffer["info_ids"], buffer["info_rows"], worker_of_env, starts)
         # observations
-        self._obs_single = None  # the slab of a single fixed-size leaf: the common case
+        #: the slab of a single fixed-size observation leaf (the common case), else None
+        self.observation_slab = None
         if obs_layout is None:
             self._obs_out = create_empty_array(observation_space, n=self.num_envs, fn=np.zeros)
             self._env_obs: list[Any] = [None] * self.num_envs
@@ -91,15 +92,17 @@ class Staging:
             self._obs_slabs = buffer.leaves("obs", obs_layout)
             self._obs_objects = [[None] * self.num_envs for leaf in obs_layout.leaves if leaf.is_object]
             if obs_layout.is_leaf and not obs_layout.has_objects:
-                self._obs_single = self._obs_slabs[0]
+                self.observation_slab = self._obs_slabs[0]
         # actions
         self._act_slabs = buffer.leaves("act", act_layout)
-        self._act_dtypes = buffer["act_dtypes"]
+        #: per worker and action leaf, the dtype code (``ord(dtype.char)``) it reads its rows in
+        self.action_dtypes = buffer["act_dtypes"]
         self._codes: tuple = ()  # the dtype codes of the actions last written
         self._codes_everywhere: tuple | None = None  # the codes every worker has, if one set
-        # One Cython call writes the common action batch (one leaf, an ndarray of its shape).
-        self._act_single = self._act_slabs[0] if act_layout.is_leaf and not act_layout.has_objects else None
-        self._act_single_shape = act_layout.leaves[0].shape
+        #: the slab of a single fixed-size action leaf (one Cython call writes the common
+        #: batch: an ndarray of its shape), else None; ``action_shape``: one action's shape
+        self.action_slab = self._act_slabs[0] if act_layout.is_leaf and not act_layout.has_objects else None
+        self.action_shape = act_layout.leaves[0].shape
         #: the ndarray the last write_actions copied into the single action slab as it was
         #: (each env's row in the dtype it came in), else None
         self.direct_actions = None
@@ -123,8 +126,8 @@ class Staging:
         else:
             count, first = len(rows), None
         self.direct_actions = None
-        if self._act_single is not None and first is not None:
-            code = _sync.write_action_rows(actions, self._act_single, first, count, self._act_single_shape)
+        if self.action_slab is not None and first is not None:
+            code = _sync.write_action_rows(actions, self.action_slab, first, count, self.action_shape)
             if code:
                 self._codes = (code,)
                 self.direct_actions = actions
@@ -162,10 +165,10 @@ class Staging:
         if len(workers) == self.num_workers:
             if codes == self._codes_everywhere:
                 return
-            self._act_dtypes[:, : len(codes)] = codes
+            self.action_dtypes[:, : len(codes)] = codes
             self._codes_everywhere = codes
         else:
-            self._act_dtypes[np.asarray(workers, dtype=np.intp), : len(codes)] = codes
+            self.action_dtypes[np.asarray(workers, dtype=np.intp), : len(codes)] = codes
             self._codes_everywhere = None
 
     # -- results out ------------------------------------------------------------------------
@@ -188,8 +191,8 @@ class Staging:
 
     def observations(self):
         """Every env's observation, batched (copies unless ``copy=False``)."""
-        if self._obs_single is not None:  # the common case: one fixed-size leaf
-            return self._obs_single.copy() if self.copy else self._obs_single
+        if self.observation_slab is not None:  # the common case: one fixed-size leaf
+            return self.observation_slab.copy() if self.copy else self.observation_slab
         if self.obs_layout is None:
             self._obs_out = concatenate(self.observation_space, self._env_obs, self._obs_out)
             return deepcopy(self._obs_out) if self.copy else self._obs_out
@@ -216,7 +219,7 @@ class Staging:
         """Drop every view of the block (the vector env is closed): its mapping goes with the
         last one, which may be a ``copy=False`` observation the user still holds."""
         self.rewards = self.terminations = self.truncations = self.infos = None
-        self._obs_single = self._act_single = self._act_dtypes = self.direct_actions = None
+        self.observation_slab = self.action_slab = self.action_dtypes = self.direct_actions = None
         self._obs_slabs = self._act_slabs = []
 
     def clear_infos(self, rows: slice) -> None:

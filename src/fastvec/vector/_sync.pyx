@@ -25,7 +25,7 @@ backend measured 1-12k SPS on a 50 µs env on 2 cores, where flags plus
 ``sched_yield`` reached 35k. Here, with 8 CartPoles on 2 workers and no env in
 the caller, yielding took the step from 76-131k to 266k SPS.
 """
-from libc.stdint cimport uint32_t, uint8_t
+from libc.stdint cimport int64_t, uint32_t, uint8_t
 from libc.string cimport memcpy
 
 cimport numpy as cnp
@@ -115,7 +115,7 @@ cdef inline uint32_t *_row(uint32_t *ctrl, Py_ssize_t w) noexcept nogil:
     return ctrl + w * <int>ROW_WORDS
 
 
-cdef uint32_t *_ctrl_of(cnp.ndarray ctrl, Py_ssize_t *workers) except NULL:
+cdef uint32_t *ctrl_words(cnp.ndarray ctrl, Py_ssize_t *workers) except NULL:
     """The control block's words, after checking it is a C-contiguous uint32 [workers + 1, ROW_WORDS]."""
     if (cnp.PyArray_TYPE(ctrl) != cnp.NPY_UINT32 or cnp.PyArray_NDIM(ctrl) != 2
             or cnp.PyArray_DIMS(ctrl)[1] != <int>ROW_WORDS or cnp.PyArray_DIMS(ctrl)[0] < 1
@@ -126,7 +126,7 @@ cdef uint32_t *_ctrl_of(cnp.ndarray ctrl, Py_ssize_t *workers) except NULL:
     return <uint32_t *>cnp.PyArray_DATA(ctrl)
 
 
-cdef const uint8_t *_mask_of(cnp.ndarray mask, Py_ssize_t workers, str name) except NULL:
+cdef const uint8_t *mask_bytes(cnp.ndarray mask, Py_ssize_t workers, str name) except NULL:
     if (cnp.PyArray_TYPE(mask) not in (cnp.NPY_UINT8, cnp.NPY_BOOL) or cnp.PyArray_NDIM(mask) != 1
             or not cnp.PyArray_IS_C_CONTIGUOUS(mask) or cnp.PyArray_DIMS(mask)[0] != workers):
         raise ValueError(f"{name} must be a contiguous uint8 array of {workers} entries, "
@@ -137,7 +137,7 @@ cdef const uint8_t *_mask_of(cnp.ndarray mask, Py_ssize_t workers, str name) exc
 cdef inline uint32_t *_worker_row(cnp.ndarray ctrl, Py_ssize_t worker, uint32_t **shared=NULL) except NULL:
     """Worker ``worker``'s control row (range-checked); ``shared`` gets the last, shared row."""
     cdef Py_ssize_t workers
-    cdef uint32_t *base = _ctrl_of(ctrl, &workers)
+    cdef uint32_t *base = ctrl_words(ctrl, &workers)
     if not 0 <= worker < workers:
         raise IndexError(f"worker {worker} out of range [0, {workers})")
     if shared != NULL:
@@ -231,8 +231,8 @@ def wait_all_done(cnp.ndarray ctrl not None, cnp.ndarray active not None, double
     alive and waits again).
     """
     cdef Py_ssize_t workers, w
-    cdef uint32_t *base = _ctrl_of(ctrl, &workers)
-    cdef const uint8_t *mask = _mask_of(active, workers, "active")
+    cdef uint32_t *base = ctrl_words(ctrl, &workers)
+    cdef const uint8_t *mask = mask_bytes(active, workers, "active")
     cdef double deadline
     cdef int busy
     for w in range(workers):  # the common case: nothing to wait for, keep the GIL
@@ -261,8 +261,8 @@ def wait_any_done(cnp.ndarray ctrl not None, cnp.ndarray pending not None,
     returned keeps a fast worker from starving the others.
     """
     cdef Py_ssize_t workers
-    cdef uint32_t *base = _ctrl_of(ctrl, &workers)
-    cdef const uint8_t *mask = _mask_of(pending, workers, "pending")
+    cdef uint32_t *base = ctrl_words(ctrl, &workers)
+    cdef const uint8_t *mask = mask_bytes(pending, workers, "pending")
     cdef double deadline = fv_now() + timeout_s
     cdef int w
     if workers == 0:
@@ -286,35 +286,45 @@ def status_bits(cnp.ndarray ctrl not None, cnp.ndarray mask not None):
     """The OR of ``1 << status`` over the workers in ``mask`` (their finished commands'
     status words): one call tells the caller whether anything but OK is there to read."""
     cdef Py_ssize_t workers
-    cdef uint32_t *base = _ctrl_of(ctrl, &workers)
-    cdef const uint8_t *active = _mask_of(mask, workers, "mask")
+    cdef uint32_t *base = ctrl_words(ctrl, &workers)
+    cdef const uint8_t *active = mask_bytes(mask, workers, "mask")
     return _status_bits(base, active, workers)
+
+
+cdef int64_t done_status(uint32_t *ctrl, const uint8_t *mask, Py_ssize_t workers) noexcept nogil:
+    """:func:`status_bits` of the workers in ``mask`` if every one has finished its command, else -1."""
+    cdef Py_ssize_t w
+    for w in range(workers):
+        if mask[w] and not _is_done(_row(ctrl, w)):
+            return -1
+    return _status_bits(ctrl, mask, workers)
 
 
 def done_status_bits(cnp.ndarray ctrl not None, cnp.ndarray mask not None):
     """:func:`status_bits` of the workers in ``mask`` if every one of them has finished its
     command, else -1: the caller's check, before it waits, that there is nothing to wait for."""
-    cdef Py_ssize_t workers = 0, w
-    cdef uint32_t *base = _ctrl_of(ctrl, &workers)
-    cdef const uint8_t *active = _mask_of(mask, workers, "mask")
-    for w in range(workers):
-        if active[w] and not _is_done(_row(base, w)):
-            return -1
-    return _status_bits(base, active, workers)
+    cdef Py_ssize_t workers = 0
+    cdef uint32_t *base = ctrl_words(ctrl, &workers)
+    return done_status(base, mask_bytes(mask, workers, "mask"), workers)
+
+
+cdef int start_command(uint32_t *ctrl, Py_ssize_t worker, uint32_t command) except -1:
+    """Hand ``worker`` (in range) a command: bump its CMD_SEQ. Never blocks (at most one
+    wake-up system call), so the GIL stays held."""
+    cdef uint32_t *row = _row(ctrl, worker)
+    if not _is_done(row):
+        raise RuntimeError(f"worker {worker} is still busy with its previous command")
+    fv_store(&row[<int>CMD], command)
+    fv_store(&row[<int>STATUS], 0)
+    _publish(&row[<int>CMD_SEQ], fv_load(&row[<int>CMD_SEQ]) + 1, &row[<int>WORKER_SLEEPING])
+    return 0
 
 
 def send_command(cnp.ndarray ctrl not None, Py_ssize_t worker, uint32_t command):
     """Parent side: hand ``worker`` a command; returns its sequence number."""
     cdef uint32_t *row = _worker_row(ctrl, worker)
-    cdef uint32_t seq
-    if not _is_done(row):
-        raise RuntimeError(f"worker {worker} is still busy with its previous command")
-    # Never blocks (at most one wake-up syscall), so the GIL stays held.
-    seq = fv_load(&row[<int>CMD_SEQ]) + 1
-    fv_store(&row[<int>CMD], command)
-    fv_store(&row[<int>STATUS], 0)
-    _publish(&row[<int>CMD_SEQ], seq, &row[<int>WORKER_SLEEPING])
-    return seq
+    start_command(row - worker * <int>ROW_WORDS, worker, command)
+    return fv_load(&row[<int>CMD_SEQ])
 
 
 def is_done(cnp.ndarray ctrl not None, Py_ssize_t worker):
@@ -396,12 +406,18 @@ def write_action_rows(object src, cnp.ndarray slab not None, Py_ssize_t first, P
     dtype's character code; otherwise write nothing and return 0 (the caller's general
     path then converts, checks and explains).
     """
-    cdef cnp.ndarray a
-    cdef Py_ssize_t size = 1, row_bytes, stride, i, k
-    cdef int ndim = len(leaf_shape) + 1
     if (cnp.PyArray_TYPE(slab) != cnp.NPY_UINT8 or cnp.PyArray_NDIM(slab) != 2
             or not cnp.PyArray_IS_C_CONTIGUOUS(slab) or not cnp.PyArray_ISWRITEABLE(slab)):
         raise ValueError("slab must be a writeable C-contiguous uint8 array [num_envs, bytes per row]")
+    return action_rows(src, slab, first, count, leaf_shape)
+
+
+cdef int action_rows(object src, cnp.ndarray slab, Py_ssize_t first, Py_ssize_t count,
+                     tuple leaf_shape) except -1:  # slab: OUT
+    """:func:`write_action_rows` after the slab's checks."""
+    cdef cnp.ndarray a
+    cdef Py_ssize_t size = 1, row_bytes, stride, i, k
+    cdef int ndim = len(leaf_shape) + 1
     if type(src) is not cnp.ndarray:
         return 0
     a = <cnp.ndarray>src
@@ -422,4 +438,4 @@ def write_action_rows(object src, cnp.ndarray slab not None, Py_ssize_t first, P
     for i in range(count):
         memcpy(<char *>cnp.PyArray_DATA(slab) + (first + i) * stride,
                <char *>cnp.PyArray_DATA(a) + i * row_bytes, row_bytes)
-    return ord(a.dtype.char)
+    return <int>(<cnp.dtype><object>cnp.PyArray_DESCR(a)).type

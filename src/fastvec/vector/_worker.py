@@ -91,7 +91,8 @@ class _Worker:
         except BaseException:
             self.current_env = loop.current
             raise
-        return self._finish(loop.obs_written)
+        status = loop.quiet_status()  # the common case: everything is in the block
+        return (status, None) if status >= 0 else self._finish(loop.obs_written)
 
     def reset(self, seeds, options, mask) -> tuple[int, Any]:
         kernel = self.infos.kernel
@@ -134,13 +135,15 @@ class _Worker:
         layout = self.act_layout
         codes = self.act_codes.tolist()
         if layout.is_leaf:
-            view = self._act_view(0, codes[0])
+            view = self._act_views.get((0, codes[0]))
+            if view is None:
+                view = self._act_view(0, codes[0])
             if view.ndim == 1:
                 # One number per env (Discrete): EnvLoop's ``view[j]`` is already a NumPy
                 # scalar holding a copy of the value, as iterating a copy would give.
                 return view
             # A private copy: the caller may overwrite the shared slab before an env is done with it.
-            return np.array(view)  # EnvLoop indexes it: the rows iterating it would give
+            return view.copy()  # EnvLoop indexes it: the rows iterating it would give
         columns = [list(np.array(self._act_view(k, code))) for k, code in enumerate(codes[: len(layout.leaves)])]
         return [layout.join(values) for values in zip(*columns)]
 
@@ -328,7 +331,7 @@ def _serve(worker: _Worker, ctrl: np.ndarray, pipe, spin_s: float, parent_alive:
             if not parent_alive():
                 return
             continue
-        gap += 0.125 * (min(time.perf_counter() - start, 2 * MAX_SPIN_S) - gap)
+        waited = time.perf_counter() - start  # (the mean is updated once the command is done)
         seq, command = got
         phase = "step"
         try:
@@ -363,6 +366,7 @@ def _serve(worker: _Worker, ctrl: np.ndarray, pipe, spin_s: float, parent_alive:
         _sync.finish_command(ctrl, index, seq, status)
         if status == _MESSAGE:
             _protocol.send(pipe, reply)
+        gap += 0.125 * (min(waited, 2 * MAX_SPIN_S) - gap)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing
 import sys
+import weakref
 from enum import Enum
 from typing import Any, Callable, Sequence
 
@@ -26,6 +27,7 @@ from fastvec.vector._arguments import (check_no_ended_envs, check_synchronous, c
                                        seeds_per_env, split_reset_options)
 from fastvec.vector._pool import WorkerPool, usable_cpus
 from fastvec.vector._staging import Staging, layouts
+from fastvec.vector._step_driver import StepDriver
 
 __all__ = ["FastVectorEnv"]
 
@@ -202,9 +204,15 @@ class FastVectorEnv(VectorEnv):
                 self.single_observation_space, self.single_action_space, self.num_envs, self.num_workers,
                 self.shared_memory)
             buffer = self._pool.attach(sections, size, obs_layout, act_layout)
-            self._staging = self._pool.views = Staging(buffer, obs_layout, act_layout, self.single_observation_space,
-                                                       self.action_space, self._pool.starts,
-                                                       self._pool.worker_of_env, self.copy)
+            self._staging = Staging(buffer, obs_layout, act_layout, self.single_observation_space,
+                                    self.action_space, self._pool.starts, self._pool.worker_of_env, self.copy)
+            self._pool.views.append(weakref.ref(self._staging))
+            # step()'s common case, compiled, where it can apply (see _step_driver)
+            self._driver = None
+            if (self._staging.action_slab is not None and self.batch_size == self.num_envs
+                    and not self._autoreset_disabled):
+                self._driver = StepDriver(self._pool, self._staging)
+                self._pool.views.append(weakref.ref(self._driver))
         except BaseException:
             self._pool.shutdown(terminate=True)
             raise
@@ -291,6 +299,15 @@ class FastVectorEnv(VectorEnv):
     # -- the step -----------------------------------------------------------------------
     def step(self, actions):
         """Step every env with its action; returns (obs, rewards, terminations, truncations, infos)."""
+        driver = self._driver
+        if driver is not None and self._state is _DEFAULT and not self._async_used:
+            # The compiled common case. The state is step_async's while the step is out, so
+            # that an interrupted wait can be finished by step_wait, as in the general path.
+            self._state, self._pending = _WAITING_STEP, self._pool.remote_mask
+            done = driver.step(actions)
+            self._state = _DEFAULT
+            if done:
+                return driver.results()
         self.step_async(actions)
         # step_wait() without its checks, which step_async has just made true
         return self._step_results(self._finish_pending("step_wait", None))

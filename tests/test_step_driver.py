@@ -1,0 +1,140 @@
+"""FastVectorEnv.step's compiled common case (fastvec.vector._step_driver) against SyncVectorEnv.
+
+The common case (one ndarray of actions in the dtype the workers already read) must take the
+compiled path, every other step the general one, and both must give SyncVectorEnv's results.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gymnasium.error import ClosedEnvironmentError
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from fastvec import FastVectorEnv
+from helpers import assert_same
+from toy_envs import ToyEnv
+
+
+def toy_fns(n, **kwargs):
+    return [lambda k=k: ToyEnv(max_len=3 + 4 * (k % 3), **kwargs) for k in range(n)]
+
+
+class _GeneralPathCounter:
+    """Counts FastVectorEnv.step_async calls: the general path's entry."""
+
+    def __init__(self, monkeypatch, env):
+        self.calls = 0
+        original = env.step_async
+
+        def counted(actions):
+            self.calls += 1
+            return original(actions)
+
+        monkeypatch.setattr(env, "step_async", counted)
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.value)
+@pytest.mark.parametrize("act", ["box", "discrete", "multidiscrete", "box_int"])
+@pytest.mark.parametrize("step_in_caller", [True, False])
+def test_common_case_is_compiled_and_equals_sync(monkeypatch, step_in_caller, act, mode):
+    # info_prob=0.5: new signatures and piped values (strings, tuples) come often, so the
+    # compiled path's hand-over to WorkerPool.wait and take_replies runs too.
+    fns = toy_fns(5, obs_space="box", act_space=act, info_prob=0.5)
+    ref = SyncVectorEnv(fns, autoreset_mode=mode)
+    with FastVectorEnv(fns, num_workers=2, autoreset_mode=mode, step_in_caller=step_in_caller) as env:
+        assert_same(ref.reset(seed=3), env.reset(seed=3), "reset")
+        counter = _GeneralPathCounter(monkeypatch, env)
+        ref.action_space.seed(1)
+        episodes = 0
+        for t in range(80):
+            actions = ref.action_space.sample()
+            expected = ref.step(actions)
+            assert_same(expected, env.step(actions), f"step {t}")
+            episodes += int((expected[2] | expected[3]).sum())
+        # Only the first step names the actions' dtype to the workers (the general path).
+        assert counter.calls == 1
+        assert episodes > 10
+    ref.close()
+
+
+@pytest.mark.parametrize("step_in_caller", [True, False])
+def test_other_actions_take_the_general_path_and_still_equal_sync(monkeypatch, step_in_caller):
+    fns = toy_fns(4, obs_space="box", act_space="box")
+    ref = SyncVectorEnv(fns)
+    base = np.linspace(-1.5, 1.5, 16).reshape(4, 4).astype(np.float32)
+    # (the env checks that its action is in its float32 Box: other dtypes must cast safely)
+    batches = [
+        (base, 1),  # the first: names float32 to the workers
+        (base / 2, 0),
+        (base.astype(np.float16), 1),  # float16: named again
+        (base.astype(np.float16) / 3, 0),
+        (list(base), 1),  # a list: converted by the general path
+        (np.repeat(base.astype(np.float16), 2, axis=1)[:, ::2], 1),  # not C-contiguous
+        (base.astype(np.float16) * 0.7, 0),
+        (base * 0.9, 1),  # float32 again: named again
+        (base * 0.8, 0),
+    ]
+    with FastVectorEnv(fns, num_workers=2, step_in_caller=step_in_caller) as env:
+        assert_same(ref.reset(seed=0), env.reset(seed=0), "reset")
+        counter = _GeneralPathCounter(monkeypatch, env)
+        for k, (actions, general) in enumerate(batches):
+            before = counter.calls
+            assert_same(ref.step(actions), env.step(actions), f"batch {k}")
+            assert counter.calls - before == general, f"batch {k}: general path taken {counter.calls - before} times"
+        with pytest.raises(ValueError, match="3 actions for 4 envs"):
+            env.step(list(base[:3]))
+    ref.close()
+
+
+@pytest.mark.parametrize("step_in_caller", [True, False])
+def test_an_interrupted_compiled_step_is_pending_until_step_wait(monkeypatch, step_in_caller):
+    """Ctrl-C during the wait leaves the step pending, as step_async would: step_wait then
+    returns its results, and another step first says a step is pending."""
+    from gymnasium.error import AlreadyPendingCallError
+
+    # The last env (a worker's) is slow, so the caller is waiting for it when interrupted.
+    fns = [lambda k=k: ToyEnv(max_len=5, step_sleep=0.3 if k == 3 else 0.0) for k in range(4)]
+    ref = SyncVectorEnv(fns)
+    with FastVectorEnv(fns, num_workers=2, step_in_caller=step_in_caller) as env:
+        assert_same(ref.reset(seed=4), env.reset(seed=4), "reset")
+        actions = np.array([0, 1, 2, 3])
+        assert_same(ref.step(actions), env.step(actions), "step 0")
+        pool = env._pool
+        waits = pool._wait_until_done
+
+        def interrupted(*args, **kwargs):
+            monkeypatch.setattr(pool, "_wait_until_done", waits)
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(pool, "_wait_until_done", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            env.step(actions)
+        with pytest.raises(AlreadyPendingCallError):
+            env.step(actions)
+        assert_same(ref.step(actions), env.step_wait(), "step 1, waited for")
+        assert_same(ref.step(actions), env.step(actions), "step 2")
+    ref.close()
+
+
+@pytest.mark.parametrize("step_in_caller", [True, False])
+def test_no_compiled_step_after_close(step_in_caller):
+    env = FastVectorEnv(toy_fns(3), num_workers=2, step_in_caller=step_in_caller)
+    env.reset(seed=0)
+    actions = np.array([1, 2, 3])
+    env.step(actions)
+    env.step(actions)
+    env.close()
+    with pytest.raises(ClosedEnvironmentError):
+        env.step(actions)
+
+
+def test_no_compiled_step_where_it_cannot_apply():
+    """Dict actions, batch_size < num_envs and DISABLED autoreset take the general path only."""
+    with FastVectorEnv(toy_fns(2, act_space="dict"), num_workers=2) as env:
+        assert env._driver is None
+    with FastVectorEnv(toy_fns(4), num_workers=2, batch_size=2) as env:
+        assert env._driver is None
+    with FastVectorEnv(toy_fns(2), num_workers=2, autoreset_mode=AutoresetMode.DISABLED) as env:
+        assert env._driver is None
+    with FastVectorEnv(toy_fns(2), num_workers=2) as env:
+        assert env._driver is not None
