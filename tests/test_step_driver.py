@@ -33,6 +33,17 @@ class _GeneralPathCounter:
         monkeypatch.setattr(env, "step_async", counted)
 
 
+def _interrupt_once(monkeypatch, obj, name: str) -> None:
+    """The next call of ``obj.name`` raises KeyboardInterrupt (a Ctrl-C there); later ones run."""
+    original = getattr(obj, name)
+
+    def interrupted(*args, **kwargs):
+        monkeypatch.setattr(obj, name, original)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(obj, name, interrupted)
+
+
 @pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.value)
 @pytest.mark.parametrize("act", ["box", "discrete", "multidiscrete", "box_int"])
 @pytest.mark.parametrize("step_in_caller", [True, False])
@@ -99,14 +110,7 @@ def test_an_interrupted_compiled_step_is_pending_until_step_wait(monkeypatch, st
         assert_same(ref.reset(seed=4), env.reset(seed=4), "reset")
         actions = np.array([0, 1, 2, 3])
         assert_same(ref.step(actions), env.step(actions), "step 0")
-        pool = env._pool
-        waits = pool._wait_until_done
-
-        def interrupted(*args, **kwargs):
-            monkeypatch.setattr(pool, "_wait_until_done", waits)
-            raise KeyboardInterrupt
-
-        monkeypatch.setattr(pool, "_wait_until_done", interrupted)
+        _interrupt_once(monkeypatch, env._pool, "_wait_until_done")
         with pytest.raises(KeyboardInterrupt):
             env.step(actions)
         with pytest.raises(AlreadyPendingCallError):
@@ -138,3 +142,76 @@ def test_no_compiled_step_where_it_cannot_apply():
         assert env._driver is None
     with FastVectorEnv(toy_fns(2), num_workers=2) as env:
         assert env._driver is not None
+
+
+@pytest.mark.parametrize("where", ["pool.wait", "pool.record_command_time"])
+def test_a_step_interrupted_after_the_callers_share_keeps_its_results(monkeypatch, where):
+    """Ctrl-C as the caller's own share hands over (before the wait, or as the step ends):
+    step_wait still returns that share's infos and new info signatures."""
+    slow = where == "pool.wait"  # a slow worker: the wait's general path; else the common case
+    fns = [lambda k=k: ToyEnv(max_len=6, info_prob=1.0, step_sleep=0.2 if slow and k == 3 else 0.0)
+           for k in range(4)]
+    ref = SyncVectorEnv(fns)
+    with FastVectorEnv(fns, num_workers=2, step_in_caller=True) as env:
+        assert_same(ref.reset(seed=8), env.reset(seed=8), "reset")
+        actions = np.array([3, 1, 4, 1])
+        assert_same(ref.step(actions), env.step(actions), "step 0")
+        for t in range(1, 6):  # (a new signature comes within a few steps: info_prob=1)
+            _interrupt_once(monkeypatch, env._pool, where.split(".")[1])
+            with pytest.raises(KeyboardInterrupt):
+                env.step(actions)
+            assert_same(ref.step(actions), env.step_wait(), f"step {t}, waited for")
+    ref.close()
+
+
+def test_the_compiled_step_comes_back_once_nothing_is_in_flight(monkeypatch):
+    fns = toy_fns(4)
+    ref = SyncVectorEnv(fns)
+    with FastVectorEnv(fns, num_workers=2) as env:
+        env.async_reset(seed=1)
+        env.recv()
+        assert not env._inflight.any()
+        assert_same(ref.reset(seed=2), env.reset(seed=2), "reset")
+        actions = np.array([0, 1, 2, 3])
+        assert_same(ref.step(actions), env.step(actions), "step 0")  # names the dtype
+        counter = _GeneralPathCounter(monkeypatch, env)
+        for t in range(1, 5):
+            assert_same(ref.step(actions), env.step(actions), f"step {t}")
+        assert counter.calls == 0
+    ref.close()
+
+
+def test_a_subclass_with_its_own_step_async_is_called():
+    class Logged(FastVectorEnv):
+        def step_async(self, actions):
+            self.calls = getattr(self, "calls", 0) + 1
+            super().step_async(actions)
+
+    with Logged(toy_fns(2), num_workers=2) as env:
+        env.reset(seed=0)
+        for _ in range(3):
+            env.step(np.array([0, 1]))
+        assert env.calls == 3
+
+
+@pytest.mark.parametrize("step_in_caller", [True, False])
+def test_a_worker_killed_between_compiled_steps(step_in_caller):
+    import os
+    import signal
+
+    from fastvec.errors import WorkerDiedError
+
+    env = FastVectorEnv(toy_fns(4), num_workers=2, step_in_caller=step_in_caller)
+    env.reset(seed=0)
+    actions = np.array([0, 1, 2, 3])
+    for _ in range(3):
+        env.step(actions)
+    victim = env.processes[-1]
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.join(5)
+    with pytest.raises(WorkerDiedError, match="killed by signal SIGKILL"):
+        env.step(actions)
+    assert env.closed
+    with pytest.raises(ClosedEnvironmentError):
+        env.step(actions)
+    env.close()

@@ -24,7 +24,7 @@ from gymnasium.vector.utils import CloudpickleWrapper, clear_mpi_env_vars
 from fastvec.errors import RemoteTraceback, WorkerDiedError, WorkerError, annotate
 from fastvec.spaces import Layout
 from fastvec.vector import _protocol, _sync
-from fastvec.vector._protocol import LIVENESS_INTERVAL, RECOVERABLE, Command, Status
+from fastvec.vector._protocol import LIVENESS_INTERVAL, QUIET_BITS, RECOVERABLE, Command, Status
 from fastvec.vector._shared_buffer import Section, SharedBuffer
 from fastvec.vector._worker import _Worker, worker_main
 
@@ -32,9 +32,7 @@ from fastvec.vector._worker import _Worker, worker_main
 # ``SomeEnum.MEMBER`` lookup costs ~0.2 µs.
 _STEP, _STEP_PIPE, _PIPE = Command.STEP, Command.STEP_PIPE, Command.PIPE
 _OK, _MESSAGE, _CALL_ERROR, _INFOS = Status.OK, Status.MESSAGE, Status.CALL_ERROR, Status.INFOS
-# _sync.status_bits of finished commands that left nothing on the pipes: OK, INFOS.
 _INFOS_BIT = 1 << Status.INFOS
-_QUIET_BITS = (1 << Status.OK) | _INFOS_BIT
 # The longest the caller spins (yielding) for the last worker before it blocks (see wait).
 MAX_TAIL_SPIN_S = 1e-3
 
@@ -90,9 +88,9 @@ class WorkerPool:
         self._local_envs: list = []
         self._local_job = None  # (phase, method, args) the caller runs at the next wait
         self._local_step_job = None  # the step's local job, built once
-        # what the caller's own share of the pending command gave ((status, reply), or the
-        # _RecoverableError it raised) until the wait for the workers is over
-        self._local_outcome = None
+        #: what the caller's own share of the pending command gave ((status, reply), or the
+        #: _RecoverableError it raised), kept until the wait for the workers is over
+        self.local_outcome = None
         self._processes: list = []
         self._pipes: list = []
         self._buffers: list = [None]
@@ -195,6 +193,7 @@ class WorkerPool:
     # -- commands ---------------------------------------------------------------------------
     def dispatch(self, w: int, name: str, payload: tuple) -> None:
         """Hand worker ``w`` a pipe command (the caller's own share runs at the next wait)."""
+        self.local_outcome = None  # (left by a wait that was interrupted and given up)
         if w == 0 and self.local is not None:
             method = {"reset": self.local.reset, "call": self.local.call, "setattr": self.local.set_attr}[name]
             self._local_job = (name, method, payload)
@@ -208,6 +207,7 @@ class WorkerPool:
         default: env k). The caller's own share, if any, runs at the next wait, with its
         rows of ``direct`` (every env's actions, as they went into the slabs) when given."""
         ctrl = self.ctrl
+        self.local_outcome = None  # (left by a wait that was interrupted and given up)
         if per_env is None:
             for w in workers:
                 if w == 0 and self.local is not None:
@@ -230,7 +230,7 @@ class WorkerPool:
 
     # -- waiting ------------------------------------------------------------------------------
     def wait(self, pending: np.ndarray, timeout: float | None, caller: str,
-             started: float | None = None, local: tuple | None = None) -> tuple[list, bool]:
+             started: float | None = None) -> tuple[list, bool]:
         """Wait for the workers in ``pending`` (the caller running its own share first).
 
         Returns ([(worker, reply)] for those that sent one on the pipe, whether some env of
@@ -238,19 +238,17 @@ class WorkerPool:
         AsyncVectorEnv reports it (one ``logger.error`` pair per failed worker) and its
         exception re-raised; ``multiprocessing.TimeoutError`` after ``timeout`` seconds
         (the command stays pending: wait again, or close). ``started``: when the command
-        was sent (``time.perf_counter()``), if before this call; ``local``: the (status,
-        reply) of the caller's own share, if it has run already (the compiled step).
+        was sent (``time.perf_counter()``), if before this call. (The compiled step runs the
+        caller's own share itself and leaves its outcome in :attr:`local_outcome`.)
         """
         if started is None:
             started = time.perf_counter()
         deadline = None if timeout is None else started + timeout
         if self._local_job is not None:
             try:
-                self._local_outcome = self._run_local_job()
+                self.local_outcome = self._run_local_job()
             except _RecoverableError as exc:
-                self._local_outcome = exc  # raised once the workers have answered too
-        elif local is not None:
-            self._local_outcome = local
+                self.local_outcome = exc  # raised once the workers have answered too
         # (the step's mask, remote_mask, never holds the caller's own worker 0)
         if self.local is not None and pending is not self.remote_mask and pending[0]:
             pending = pending.copy()
@@ -260,9 +258,9 @@ class WorkerPool:
             self._wait_until_done(pending, deadline, timeout, caller)
             bits = _sync.status_bits(self.ctrl, pending)
         self.record_command_time(started)
-        # The caller's own share's outcome is kept until here, so that a wait that is
-        # interrupted (Ctrl-C, a timeout) and resumed does not lose it.
-        outcome, self._local_outcome = self._local_outcome, None
+        # The caller's own share's outcome is kept until the workers are done, so that a wait
+        # interrupted there (Ctrl-C, a timeout) and resumed does not lose it.
+        outcome, self.local_outcome = self.local_outcome, None
         replies: list = []
         call_errors: list = []
         infos_seen = False
@@ -273,7 +271,7 @@ class WorkerPool:
             if status == _MESSAGE:
                 replies.append((0, reply))
             infos_seen = status == _INFOS
-        if bits & ~_QUIET_BITS:  # something to read: a reply, an error
+        if bits & ~QUIET_BITS:  # something to read: a reply, an error
             workers = self.remote_workers if pending is self.remote_mask else np.flatnonzero(pending).tolist()
             infos_seen = self.read_statuses(workers, replies, call_errors) or infos_seen
         elif bits & _INFOS_BIT:
@@ -485,7 +483,7 @@ class WorkerPool:
             for w, process in enumerate(self._processes):
                 if process is not None and process.is_alive() and _sync.is_done(ctrl, w):
                     _sync.send_command(ctrl, w, Command.CLOSE)
-        self._local_job = self._local_step_job = self._local_outcome = None
+        self._local_job = self._local_step_job = self.local_outcome = None
         self.local = None
         self.ctrl = None
         for ref in self.views:

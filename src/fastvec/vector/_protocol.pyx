@@ -17,6 +17,10 @@ from fastvec.native.kit import fv_autoreset
 # Commands whose errors leave the envs as they were, so the vector env stays usable.
 RECOVERABLE = ("call", "setattr")
 
+#: ``1 << status`` of the statuses a finished command leaves with nothing on its pipe (OK,
+#: INFOS): a wait that ORs its workers' bits reads no pipe when the result has no others.
+QUIET_BITS = (1 << Status.OK) | (1 << Status.INFOS)
+
 # Seconds a waiter blocks before it checks that the other side still lives.
 LIVENESS_INTERVAL = 0.1
 

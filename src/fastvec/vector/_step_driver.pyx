@@ -10,8 +10,9 @@ does the same work in one call when the step is the common one:
 
 - the actions are one ndarray that goes into the single action slab as it is, in the
   dtype every worker already reads (``Staging.write_actions``' first case);
-- every env steps (``batch_size == num_envs``), no ``send``/``recv`` is in flight and
-  autoreset is not disabled (FastVectorEnv builds no driver otherwise).
+- every env steps (``batch_size == num_envs``), no ``send``/``recv`` is in flight,
+  autoreset is not disabled and ``step_async``/``step_wait`` are FastVectorEnv's own (it
+  builds no driver otherwise: a subclass's ``step_async`` must see every step).
 
 Anything else (another dtype, actions that need converting, a worker still busy after
 the caller's share or with something on its pipe) goes through the same Python code as
@@ -24,14 +25,15 @@ cimport numpy as cnp
 from libc.stdint cimport int64_t, uint8_t, uint32_t
 
 from fastvec.vector cimport _sync
-from fastvec.vector._protocol cimport INFOS, OK, STEP
+from fastvec.vector._protocol cimport INFOS, STEP
 
 import time
 
+from fastvec.vector._protocol import QUIET_BITS
+
 cnp.import_array()
 
-# Statuses a finished step may leave without anything on its worker's pipe.
-cdef int64_t _QUIET_BITS = (1 << OK) | (1 << INFOS)
+cdef int64_t _QUIET_BITS = QUIET_BITS
 
 
 cdef class StepDriver:
@@ -48,6 +50,7 @@ cdef class StepDriver:
     cdef bint copy
     cdef list replies  # the last step's pipe replies (None: none), until results()
     cdef bint infos_seen  # whether some env of the last step left info values in the block
+    cdef readonly bint pending  # a step is out: commands sent, the wait for them not over
     cdef object __weakref__  # (the pool holds it weakly, to release it at shutdown)
 
     def __init__(self, object pool not None, object staging not None):
@@ -84,8 +87,11 @@ cdef class StepDriver:
     def step(self, object actions):
         """Step every env with ``actions`` and wait until all have: True. False, having sent
         nothing, when this is not the common case (see the module docstring): the caller
-        then takes the general path. :meth:`results` then returns what ``step`` returns."""
+        then takes the general path. :meth:`results` then returns what ``step`` returns.
+        :attr:`pending` is True from the commands' hand-off until the wait is over, also
+        when the wait is interrupted (the step is then finished by ``step_wait``)."""
         cdef Py_ssize_t workers, w
+        cdef cnp.ndarray ctrl_arr = self.ctrl  # (holds the block while the caller's envs run)
         cdef uint32_t *ctrl
         cdef const uint8_t *remote
         cdef const uint32_t *codes
@@ -93,9 +99,9 @@ cdef class StepDriver:
         cdef int code
         cdef int64_t bits
         cdef tuple local = None
-        if self.ctrl is None:
+        if ctrl_arr is None:
             return False
-        ctrl = _sync.ctrl_words(self.ctrl, &workers)
+        ctrl = _sync.ctrl_words(ctrl_arr, &workers)
         remote = _sync.mask_bytes(self.remote_mask, workers, "remote_mask")
         code = _sync.action_rows(actions, self.act_slab, 0, self.num_envs, self.act_shape)
         if code == 0:
@@ -107,24 +113,38 @@ cdef class StepDriver:
         for w in range(workers):
             if codes[w * code_stride] != <uint32_t>code:
                 return False
+        pool = self.pool
         started = self.clock()
         for w in range(workers):
             if remote[w]:
                 _sync.start_command(ctrl, w, STEP)
+        self.pending = True
+        # (what an interrupted and abandoned command left for the caller's share goes, as
+        # WorkerPool.start_steps drops it)
+        pool._local_job = pool.local_outcome = None
         if self.local_step is not None:
             # The caller's own share, with its rows of ``actions`` (SyncVectorEnv's views).
             try:
                 local = self.local_step(actions[:self.local_stop])
             except BaseException as exc:
-                self.pool.fail_local(exc, "step")  # closes the vector env and raises
+                pool.fail_local(exc, "step")  # closes the vector env and raises (still pending, as
+                                              # the general path leaves it)
+            # In the pool at once: a wait interrupted from here on, and finished by
+            # step_wait, still has it.
+            pool.local_outcome = local
+            if self.ctrl is None:  # the caller's envs closed the vector env
+                self.pending = False
+                return False
         bits = _sync.done_status(ctrl, remote, workers)
         if bits >= 0 and not (bits & ~_QUIET_BITS) and (local is None or local[1] is None):
             # every worker is done and nothing is on a pipe: the common case
-            self.pool.record_command_time(started)
+            pool.record_command_time(started)
+            pool.local_outcome = None
             self.replies = None
             self.infos_seen = (bits & (1 << INFOS)) != 0 or (local is not None and local[0] == INFOS)
         else:  # a worker to wait for, or something to read: WorkerPool.wait's general path
-            self.replies, self.infos_seen = self.pool.wait(self.remote_mask, None, "step_wait", started, local)
+            self.replies, self.infos_seen = pool.wait(self.remote_mask, None, "step_wait", started)
+        self.pending = False
         return True
 
     def results(self):

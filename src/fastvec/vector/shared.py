@@ -207,10 +207,12 @@ class FastVectorEnv(VectorEnv):
             self._staging = Staging(buffer, obs_layout, act_layout, self.single_observation_space,
                                     self.action_space, self._pool.starts, self._pool.worker_of_env, self.copy)
             self._pool.views.append(weakref.ref(self._staging))
-            # step()'s common case, compiled, where it can apply (see _step_driver)
+            # step()'s common case, compiled, where it can apply (see _step_driver); not for
+            # a subclass with a step_async or step_wait of its own, which step() must call
             self._driver = None
             if (self._staging.action_slab is not None and self.batch_size == self.num_envs
-                    and not self._autoreset_disabled):
+                    and not self._autoreset_disabled and type(self).step_async is FastVectorEnv.step_async
+                    and type(self).step_wait is FastVectorEnv.step_wait):
                 self._driver = StepDriver(self._pool, self._staging)
                 self._pool.views.append(weakref.ref(self._driver))
         except BaseException:
@@ -300,12 +302,16 @@ class FastVectorEnv(VectorEnv):
     def step(self, actions):
         """Step every env with its action; returns (obs, rewards, terminations, truncations, infos)."""
         driver = self._driver
-        if driver is not None and self._state is _DEFAULT and not self._async_used:
-            # The compiled common case. The state is step_async's while the step is out, so
+        if (driver is not None and self._state is _DEFAULT
+                and not (self._async_used and self._inflight.any())):
+            # The compiled common case. While the step is out the state is step_async's, so
             # that an interrupted wait can be finished by step_wait, as in the general path.
             self._state, self._pending = _WAITING_STEP, self._pool.remote_mask
-            done = driver.step(actions)
-            self._state = _DEFAULT
+            try:
+                done = driver.step(actions)
+            finally:
+                if not driver.pending:  # (nothing was sent, or the wait is over)
+                    self._state = _DEFAULT
             if done:
                 return driver.results()
         self.step_async(actions)
