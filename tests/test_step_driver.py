@@ -215,3 +215,34 @@ def test_a_worker_killed_between_compiled_steps(step_in_caller):
     with pytest.raises(ClosedEnvironmentError):
         env.step(actions)
     env.close()
+
+
+@pytest.mark.parametrize("use_driver", [True, False])
+def test_a_wait_interrupted_between_two_pipes_resumes(monkeypatch, use_driver):
+    """Ctrl-C while the caller reads the workers' pipes, one read and one not: step_wait then
+    returns the step's results (the message read is kept, not waited for again on an empty
+    pipe)."""
+    fns = toy_fns(6, obs_space="box")
+    ref = SyncVectorEnv(fns)
+    # shared_memory=False: every worker's observations come on its pipe
+    with FastVectorEnv(fns, num_workers=3, shared_memory=False) as env:
+        if not use_driver:
+            env._driver = None
+        assert_same(ref.reset(seed=5), env.reset(seed=5), "reset")
+        actions = np.array([0, 1, 2, 3, 4, 5])
+        assert_same(ref.step(actions), env.step(actions), "step 0")
+        pool = env._pool
+        original, calls = pool.recv, []
+
+        def second_interrupted(w, *args, **kwargs):
+            calls.append(w)
+            if len(calls) == 2:
+                raise KeyboardInterrupt
+            return original(w, timeout=10)  # (a message waited for on an empty pipe: an error, not a hang)
+
+        monkeypatch.setattr(pool, "recv", second_interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            env.step(actions)
+        assert_same(ref.step(actions), env.step_wait(timeout=10), "step 1, waited for")
+        assert_same(ref.step(actions), env.step(actions), "step 2")
+    ref.close()

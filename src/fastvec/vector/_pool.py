@@ -91,6 +91,7 @@ class WorkerPool:
         #: what the caller's own share of the pending command gave ((status, reply), or the
         #: _RecoverableError it raised), kept until the wait for the workers is over
         self.local_outcome = None
+        self._received: dict = {}  # worker -> the message read_statuses took off its pipe
         self._processes: list = []
         self._pipes: list = []
         self._buffers: list = [None]
@@ -194,6 +195,7 @@ class WorkerPool:
     def dispatch(self, w: int, name: str, payload: tuple) -> None:
         """Hand worker ``w`` a pipe command (the caller's own share runs at the next wait)."""
         self.local_outcome = None  # (left by a wait that was interrupted and given up)
+        self._received.pop(w, None)
         if w == 0 and self.local is not None:
             method = {"reset": self.local.reset, "call": self.local.call, "setattr": self.local.set_attr}[name]
             self._local_job = (name, method, payload)
@@ -208,6 +210,8 @@ class WorkerPool:
         rows of ``direct`` (every env's actions, as they went into the slabs) when given."""
         ctrl = self.ctrl
         self.local_outcome = None  # (left by a wait that was interrupted and given up)
+        for w in workers:
+            self._received.pop(w, None)
         if per_env is None:
             for w in workers:
                 if w == 0 and self.local is not None:
@@ -358,17 +362,24 @@ class WorkerPool:
     def read_statuses(self, workers, replies: list, call_errors: list) -> bool:
         """Read what each finished worker left: its pipe reply goes to ``replies``, a
         call/set_attr error to ``call_errors``; fatal errors are raised (all of them logged
-        first). Returns whether one left info values in the block."""
+        first). Returns whether one left info values in the block. Messages read before an
+        interruption (Ctrl-C while waiting for the next pipe) are kept for the wait that
+        resumes, which would otherwise wait for them on an empty pipe for ever."""
         errors = []
         infos_seen = False
-        for w in workers:
+        received = self._received
+        for w in workers:  # first every message off its pipe (this may be interrupted) ...
+            status = _sync.status(self.ctrl, w)
+            if status not in (_OK, _INFOS) and w not in received:
+                received[w] = self.recv(w)
+        for w in workers:  # ... then, with nothing left to block on, sort them
             status = _sync.status(self.ctrl, w)
             if status == _OK:  # the common case: nothing on the pipe
                 continue
             if status == _INFOS:
                 infos_seen = True
                 continue
-            message = self.recv(w)
+            message = received.pop(w)
             if status == _MESSAGE:
                 replies.append((w, message))
             elif status == _CALL_ERROR:
@@ -484,6 +495,7 @@ class WorkerPool:
                 if process is not None and process.is_alive() and _sync.is_done(ctrl, w):
                     _sync.send_command(ctrl, w, Command.CLOSE)
         self._local_job = self._local_step_job = self.local_outcome = None
+        self._received.clear()
         self.local = None
         self.ctrl = None
         for ref in self.views:

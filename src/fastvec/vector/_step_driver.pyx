@@ -119,9 +119,10 @@ cdef class StepDriver:
             if remote[w]:
                 _sync.start_command(ctrl, w, STEP)
         self.pending = True
-        # (what an interrupted and abandoned command left for the caller's share goes, as
-        # WorkerPool.start_steps drops it)
+        # (what an interrupted and abandoned command left goes, as WorkerPool.start_steps
+        # drops it: a job or outcome of the caller's share, messages read off the pipes)
         pool._local_job = pool.local_outcome = None
+        pool._received.clear()
         if self.local_step is not None:
             # The caller's own share, with its rows of ``actions`` (SyncVectorEnv's views).
             try:
