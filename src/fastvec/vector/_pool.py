@@ -194,8 +194,7 @@ class WorkerPool:
     # -- commands ---------------------------------------------------------------------------
     def dispatch(self, w: int, name: str, payload: tuple) -> None:
         """Hand worker ``w`` a pipe command (the caller's own share runs at the next wait)."""
-        self.local_outcome = None  # (left by a wait that was interrupted and given up)
-        self._received.pop(w, None)
+        self.forget_abandoned((w,))
         if w == 0 and self.local is not None:
             method = {"reset": self.local.reset, "call": self.local.call, "setattr": self.local.set_attr}[name]
             self._local_job = (name, method, payload)
@@ -203,15 +202,21 @@ class WorkerPool:
         _protocol.send(self._pipes[w], (name, payload))
         _sync.send_command(self.ctrl, w, _PIPE)
 
+    def forget_abandoned(self, workers) -> None:
+        """Drop what a wait that was interrupted and then given up kept for ``workers``' last
+        command (the caller's own share's outcome, messages read off their pipes): a new
+        command to them is about to start."""
+        self.local_outcome = None
+        for w in workers:
+            self._received.pop(w, None)
+
     def start_steps(self, workers, per_env: list | None, env_ids=None, direct: np.ndarray | None = None) -> None:
         """Tell ``workers`` to step: the actions are in the shared slabs (``per_env`` None)
         or, one per env, in ``per_env`` for the pipes (row k for env ``env_ids[k]``;
         default: env k). The caller's own share, if any, runs at the next wait, with its
         rows of ``direct`` (every env's actions, as they went into the slabs) when given."""
         ctrl = self.ctrl
-        self.local_outcome = None  # (left by a wait that was interrupted and given up)
-        for w in workers:
-            self._received.pop(w, None)
+        self.forget_abandoned(workers)
         if per_env is None:
             for w in workers:
                 if w == 0 and self.local is not None:
@@ -368,12 +373,11 @@ class WorkerPool:
         errors = []
         infos_seen = False
         received = self._received
-        for w in workers:  # first every message off its pipe (this may be interrupted) ...
-            status = _sync.status(self.ctrl, w)
+        statuses = [(w, _sync.status(self.ctrl, w)) for w in workers]
+        for w, status in statuses:  # first every message off its pipe (this may be interrupted) ...
             if status not in (_OK, _INFOS) and w not in received:
                 received[w] = self.recv(w)
-        for w in workers:  # ... then, with nothing left to block on, sort them
-            status = _sync.status(self.ctrl, w)
+        for w, status in statuses:  # ... then, with nothing left to block on, sort them
             if status == _OK:  # the common case: nothing on the pipe
                 continue
             if status == _INFOS:

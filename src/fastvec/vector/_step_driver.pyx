@@ -41,13 +41,12 @@ cdef class StepDriver:
 
     Args:
         pool: its ``WorkerPool`` (commands, the caller's own share, the wait's slow path).
-        staging: its ``Staging`` (the slabs; infos and observations not in one slab).
+        staging: its ``Staging`` (the slabs, the infos, the observations).
     """
     cdef object pool, staging, local_step, clock
-    cdef cnp.ndarray ctrl, remote_mask, act_slab, act_dtypes, obs_slab, rewards, terms, truncs, all_rows
-    cdef tuple act_shape
+    cdef cnp.ndarray ctrl, remote_mask, act_slab, act_dtypes, rewards, terms, truncs, all_rows
+    cdef tuple act_shape, all_workers
     cdef Py_ssize_t num_envs, local_stop
-    cdef bint copy
     cdef list replies  # the last step's pipe replies (None: none), until results()
     cdef bint infos_seen  # whether some env of the last step left info values in the block
     cdef readonly bint pending  # a step is out: commands sent, the wait for them not over
@@ -63,15 +62,14 @@ cdef class StepDriver:
         self.act_slab = staging.action_slab
         self.act_shape = tuple(staging.action_shape)
         self.act_dtypes = staging.action_dtypes
-        self.obs_slab = staging.observation_slab
         self.rewards = staging.rewards
         self.terms = staging.terminations
         self.truncs = staging.truncations
         self.all_rows = staging.all_env_rows
-        self.copy = staging.copy
         self.num_envs = staging.num_envs
         self.local_step = None if pool.local is None else pool.local.step
         self.local_stop = pool.stops[0]
+        self.all_workers = tuple(pool.all_workers)
         self.clock = time.perf_counter
         if (cnp.PyArray_TYPE(self.act_dtypes) != cnp.NPY_UINT32 or cnp.PyArray_NDIM(self.act_dtypes) != 2
                 or not cnp.PyArray_IS_C_CONTIGUOUS(self.act_dtypes)):
@@ -81,7 +79,7 @@ cdef class StepDriver:
         """Drop every view of the shared block (the vector env is closed); :meth:`step` then
         returns False, and the general path raises what a closed env raises."""
         self.ctrl = None
-        self.act_slab = self.act_dtypes = self.obs_slab = self.rewards = self.terms = self.truncs = None
+        self.act_slab = self.act_dtypes = self.rewards = self.terms = self.truncs = None
         self.local_step = None
 
     def step(self, object actions):
@@ -119,10 +117,9 @@ cdef class StepDriver:
             if remote[w]:
                 _sync.start_command(ctrl, w, STEP)
         self.pending = True
-        # (what an interrupted and abandoned command left goes, as WorkerPool.start_steps
-        # drops it: a job or outcome of the caller's share, messages read off the pipes)
-        pool._local_job = pool.local_outcome = None
-        pool._received.clear()
+        # (as in WorkerPool.start_steps: what an interrupted and abandoned command left goes)
+        pool._local_job = None
+        pool.forget_abandoned(self.all_workers)
         if self.local_step is not None:
             # The caller's own share, with its rows of ``actions`` (SyncVectorEnv's views).
             try:
@@ -156,12 +153,6 @@ cdef class StepDriver:
             infos = self.staging.take_replies(replies or (), self.all_rows, self.infos_seen)
         else:
             infos = {}
-        if self.obs_slab is None:
-            observations = self.staging.observations()
-        elif self.copy:
-            observations = cnp.PyArray_NewCopy(self.obs_slab, cnp.NPY_CORDER)
-        else:
-            observations = self.obs_slab
-        return (observations, cnp.PyArray_NewCopy(self.rewards, cnp.NPY_CORDER),
+        return (self.staging.observations(), cnp.PyArray_NewCopy(self.rewards, cnp.NPY_CORDER),
                 cnp.PyArray_NewCopy(self.terms, cnp.NPY_CORDER), cnp.PyArray_NewCopy(self.truncs, cnp.NPY_CORDER),
                 infos)

@@ -135,9 +135,7 @@ class _Worker:
         layout = self.act_layout
         codes = self.act_codes.tolist()
         if layout.is_leaf:
-            view = self._act_views.get((0, codes[0]))
-            if view is None:
-                view = self._act_view(0, codes[0])
+            view = self._act_view(0, codes[0])
             if view.ndim == 1:
                 # One number per env (Discrete): EnvLoop's ``view[j]`` is already a NumPy
                 # scalar holding a copy of the value, as iterating a copy would give.
