@@ -279,7 +279,9 @@ class InfoAssembler:
     def build(self, env_rows: np.ndarray, num_out: int) -> dict[str, Any]:
         """The vector infos of the envs ``env_rows`` (int64, one per output row)."""
         slots, order = _kernel.signature_slots(self.ids, self.worker_of_env, self.table, env_rows)
-        piped, self._piped = self._piped, {}
+        piped = self._piped
+        if piped:
+            self._piped = {}
         if not order:
             return {}
         plan = self._plans.get(order)

@@ -297,6 +297,12 @@ class WorkerPool:
         the caller's own share included: the next wait's spin (see :meth:`_wait_until_done`)."""
         self._wait_mean += 0.125 * (min(time.perf_counter() - started, 4 * MAX_TAIL_SPIN_S) - self._wait_mean)
 
+    def tail_spin_s(self) -> float:
+        """How long the caller spins for the last workers once a core has come free (the
+        caller's own share done, or a first worker), before it blocks: about half as long
+        as recent commands took, see :meth:`_wait_until_done`."""
+        return min(max(self._parent_spin_s, 0.5 * self._wait_mean), MAX_TAIL_SPIN_S)
+
     def _wait_until_done(self, pending: np.ndarray, deadline: float | None, timeout: float | None,
                          caller: str) -> None:
         """Wait until every worker in ``pending`` has finished (see :meth:`wait`)."""
@@ -308,7 +314,7 @@ class WorkerPool:
         # which costs tens of microseconds on a virtual machine, a sizeable part of a step of
         # a few hundred. (A worker that finishes its even share 20-40 µs after the caller's,
         # one step in ten with MuJoCo envs, is still waited for by spinning.)
-        tail = min(max(self._parent_spin_s, 0.5 * self._wait_mean), MAX_TAIL_SPIN_S)
+        tail = self.tail_spin_s()
         spin = tail if self.local is not None else self._parent_spin_s
         while True:
             chunk = LIVENESS_INTERVAL

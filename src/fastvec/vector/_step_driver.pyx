@@ -14,10 +14,12 @@ does the same work in one call when the step is the common one:
   autoreset is not disabled and ``step_async``/``step_wait`` are FastVectorEnv's own (it
   builds no driver otherwise: a subclass's ``step_async`` must see every step).
 
-Anything else (another dtype, actions that need converting, a worker still busy after
-the caller's share or with something on its pipe) goes through the same Python code as
-before: :meth:`StepDriver.step` returns False before it has sent anything, or hands the
-wait to ``WorkerPool.wait``, so that the two paths cannot disagree on what a step does.
+A worker that finishes shortly after the caller's own share is spun for here, without
+the GIL, for as long as ``WorkerPool.wait`` would spin for it (``tail_spin_s``). Anything
+else (another dtype, actions that need converting, a worker still busy after that, or
+with something on its pipe) goes through the same Python code as before:
+:meth:`StepDriver.step` returns False before it has sent anything, or hands the wait to
+``WorkerPool.wait``, so that the two paths cannot disagree on what a step does.
 As in ``step_async`` + ``step_wait``, the step is pending until the wait is over (an
 interrupted wait can be finished with ``step_wait``), and the infos are built after.
 """
@@ -43,8 +45,9 @@ cdef class StepDriver:
         pool: its ``WorkerPool`` (commands, the caller's own share, the wait's slow path).
         staging: its ``Staging`` (the slabs, the infos, the observations).
     """
-    cdef object pool, staging, local_step, clock
+    cdef object pool, staging, local_step, clock, build_infos
     cdef cnp.ndarray ctrl, remote_mask, act_slab, act_dtypes, rewards, terms, truncs, all_rows
+    cdef cnp.ndarray obs_slab  # the single observation slab, when results copy it (else None)
     cdef tuple act_shape, all_workers
     cdef Py_ssize_t num_envs, local_stop
     cdef list replies  # the last step's pipe replies (None: none), until results()
@@ -66,6 +69,9 @@ cdef class StepDriver:
         self.terms = staging.terminations
         self.truncs = staging.truncations
         self.all_rows = staging.all_env_rows
+        self.build_infos = staging.infos.build
+        # (Staging.observations' common case, taken here without its Python call)
+        self.obs_slab = staging.observation_slab if staging.copy else None
         self.num_envs = staging.num_envs
         self.local_step = None if pool.local is None else pool.local.step
         self.local_stop = pool.stops[0]
@@ -79,8 +85,8 @@ cdef class StepDriver:
         """Drop every view of the shared block (the vector env is closed); :meth:`step` then
         returns False, and the general path raises what a closed env raises."""
         self.ctrl = None
-        self.act_slab = self.act_dtypes = self.rewards = self.terms = self.truncs = None
-        self.local_step = None
+        self.act_slab = self.act_dtypes = self.rewards = self.terms = self.truncs = self.obs_slab = None
+        self.local_step = self.build_infos = None  # (the info assembler holds views of the block)
 
     def step(self, object actions):
         """Step every env with ``actions`` and wait until all have: True. False, having sent
@@ -96,6 +102,7 @@ cdef class StepDriver:
         cdef Py_ssize_t code_stride
         cdef int code
         cdef int64_t bits
+        cdef double tail
         cdef tuple local = None
         if ctrl_arr is None:
             return False
@@ -134,6 +141,13 @@ cdef class StepDriver:
                 self.pending = False
                 return False
         bits = _sync.done_status(ctrl, remote, workers)
+        if bits < 0 and local is not None:
+            # A worker is still busy, and the caller's core is free: spin for it here, as
+            # WorkerPool.wait would (for up to its tail spin), so that no Python runs
+            # between the last worker's answer and the results.
+            tail = pool.tail_spin_s()
+            with nogil:
+                bits = _sync.spin_done_status(ctrl, remote, workers, tail)
         if bits >= 0 and not (bits & ~_QUIET_BITS) and (local is None or local[1] is None):
             # every worker is done and nothing is on a pipe: the common case
             pool.record_command_time(started)
@@ -149,10 +163,14 @@ cdef class StepDriver:
         """The step's (obs, rewards, terminations, truncations, infos), after :meth:`step`
         returned True (an info that SyncVectorEnv could not batch raises its error here)."""
         replies, self.replies = self.replies, None
-        if replies or self.infos_seen:
-            infos = self.staging.take_replies(replies or (), self.all_rows, self.infos_seen)
+        if replies:
+            infos = self.staging.take_replies(replies, self.all_rows, self.infos_seen)
+        elif self.infos_seen:  # (take_replies with nothing to take, without its Python call)
+            infos = self.build_infos(self.all_rows, self.num_envs)
         else:
             infos = {}
-        return (self.staging.observations(), cnp.PyArray_NewCopy(self.rewards, cnp.NPY_CORDER),
+        obs = self.staging.observations() if self.obs_slab is None else cnp.PyArray_NewCopy(self.obs_slab,
+                                                                                             cnp.NPY_CORDER)
+        return (obs, cnp.PyArray_NewCopy(self.rewards, cnp.NPY_CORDER),
                 cnp.PyArray_NewCopy(self.terms, cnp.NPY_CORDER), cnp.PyArray_NewCopy(self.truncs, cnp.NPY_CORDER),
                 infos)

@@ -300,6 +300,25 @@ cdef int64_t done_status(uint32_t *ctrl, const uint8_t *mask, Py_ssize_t workers
     return _status_bits(ctrl, mask, workers)
 
 
+cdef int64_t spin_done_status(uint32_t *ctrl, const uint8_t *mask, Py_ssize_t workers,
+                              double spin_s) noexcept nogil:
+    """:func:`done_status` once every worker in ``mask`` has finished, spinning (and yielding
+    the core between checks after ``PURE_SPIN_S``) for up to ``spin_s``; -1 if one is still
+    busy then. Never blocks: for a caller with a core of its own, whose wait is short."""
+    cdef double start = fv_now(), now
+    cdef int i
+    while True:
+        for i in range(16):
+            if _first_busy(ctrl, mask, workers) < 0:
+                return _status_bits(ctrl, mask, workers)
+            fv_pause()
+        now = fv_now()
+        if now - start >= spin_s:
+            return -1
+        if now - start >= PURE_SPIN_S:
+            fv_yield()
+
+
 def done_status_bits(cnp.ndarray ctrl not None, cnp.ndarray mask not None):
     """:func:`status_bits` of the workers in ``mask`` if every one of them has finished its
     command, else -1: the caller's check, before it waits, that there is nothing to wait for."""
