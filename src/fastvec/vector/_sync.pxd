@@ -1,4 +1,5 @@
-# The parts of _sync the compiled step path (_step_driver.pyx) calls without Python in between.
+# The parts of _sync that the compiled step (_step_driver.pyx, the caller's side) and the
+# worker's compiled command loop (_step_server.pyx) call without Python in between.
 cimport numpy as cnp
 from libc.stdint cimport int64_t, uint8_t, uint32_t
 
@@ -11,3 +12,11 @@ cdef int64_t spin_done_status(uint32_t *ctrl, const uint8_t *mask, Py_ssize_t wo
                               double spin_s) noexcept nogil
 cdef int action_rows(object src, cnp.ndarray slab, Py_ssize_t first, Py_ssize_t count,
                      tuple leaf_shape) except -1  # slab: OUT
+
+# The worker's side.
+cdef bint await_command(uint32_t *ctrl, Py_ssize_t worker, uint32_t last_seq, double spin_s,
+                       double deadline) noexcept nogil
+cdef uint32_t command_word(uint32_t *ctrl, Py_ssize_t worker) noexcept nogil
+cdef void finish(uint32_t *ctrl, Py_ssize_t worker, Py_ssize_t workers, uint32_t seq,
+                 uint32_t status) noexcept nogil
+cdef double now() noexcept nogil

@@ -351,6 +351,41 @@ def is_done(cnp.ndarray ctrl not None, Py_ssize_t worker):
     return _is_done(_worker_row(ctrl, worker))
 
 
+cdef bint await_command(uint32_t *ctrl, Py_ssize_t worker, uint32_t last_seq, double spin_s,
+                       double deadline) noexcept nogil:
+    """Worker side: wait until the caller hands ``worker`` a command newer than ``last_seq``
+    (spin up to ``spin_s``, then block); False at ``deadline`` (``fv_now`` time)."""
+    cdef uint32_t *row = _row(ctrl, worker)
+    # Wait for CMD_SEQ to leave last_seq: same as waiting for last_seq + 1,
+    # since the parent never issues a command before the previous one is done.
+    if fv_load(&row[<int>CMD_SEQ]) == last_seq + 1:
+        return True
+    return _wait_equal(&row[<int>CMD_SEQ], last_seq + 1, &row[<int>WORKER_SLEEPING], spin_s, deadline)
+
+
+cdef uint32_t command_word(uint32_t *ctrl, Py_ssize_t worker) noexcept nogil:
+    """Which command ``worker`` was handed last (Command)."""
+    return fv_load(&_row(ctrl, worker)[<int>CMD])
+
+
+cdef void finish(uint32_t *ctrl, Py_ssize_t worker, Py_ssize_t workers, uint32_t seq,
+                 uint32_t status) noexcept nogil:
+    """Worker side: publish ``status`` and mark command ``seq`` done (results are in the
+    buffer), waking the caller only if it sleeps."""
+    cdef uint32_t *row = _row(ctrl, worker)
+    cdef uint32_t *shared = _row(ctrl, workers)
+    fv_store(&row[<int>STATUS], status)
+    _publish(&row[<int>DONE_SEQ], seq, &row[<int>PARENT_SLEEPING])
+    fv_increment(&shared[<int>ANY_DONE])
+    if fv_load(&shared[<int>ANY_SLEEPING]):
+        fv_wake(&shared[<int>ANY_DONE])
+
+
+cdef double now() noexcept nogil:
+    """The clock the waits use (seconds, monotonic)."""
+    return fv_now()
+
+
 def wait_command(cnp.ndarray ctrl not None, Py_ssize_t worker, uint32_t last_seq,
                  double spin_s, double timeout_s):
     """Worker side: wait for a command newer than ``last_seq``.
@@ -358,30 +393,24 @@ def wait_command(cnp.ndarray ctrl not None, Py_ssize_t worker, uint32_t last_seq
     Returns ``(seq, command)``, or ``None`` if ``timeout_s`` passed first (the
     worker then checks that its parent still lives and waits again).
     """
-    cdef uint32_t *row = _worker_row(ctrl, worker)
+    cdef Py_ssize_t workers
+    cdef uint32_t *base = ctrl_words(ctrl, &workers)
     cdef double deadline = fv_now() + timeout_s
-    cdef bint got = False
-    # Wait for CMD_SEQ to leave last_seq: same as waiting for last_seq + 1,
-    # since the parent never issues a command before the previous one is done.
-    if fv_load(&row[<int>CMD_SEQ]) == last_seq + 1:
-        got = True
-    else:
-        with nogil:
-            got = _wait_equal(&row[<int>CMD_SEQ], last_seq + 1, &row[<int>WORKER_SLEEPING], spin_s, deadline)
+    cdef bint got
+    _worker_row(ctrl, worker)  # (checks the index)
+    with nogil:
+        got = await_command(base, worker, last_seq, spin_s, deadline)
     if not got:
         return None
-    return last_seq + 1, fv_load(&row[<int>CMD])
+    return last_seq + 1, command_word(base, worker)
 
 
 def finish_command(cnp.ndarray ctrl not None, Py_ssize_t worker, uint32_t seq, uint32_t status):
     """Worker side: publish ``status`` and mark command ``seq`` done (results are in the buffer)."""
-    cdef uint32_t *shared
-    cdef uint32_t *row = _worker_row(ctrl, worker, &shared)
-    fv_store(&row[<int>STATUS], status)
-    _publish(&row[<int>DONE_SEQ], seq, &row[<int>PARENT_SLEEPING])
-    fv_increment(&shared[<int>ANY_DONE])
-    if fv_load(&shared[<int>ANY_SLEEPING]):
-        fv_wake(&shared[<int>ANY_DONE])
+    cdef Py_ssize_t workers
+    cdef uint32_t *base = ctrl_words(ctrl, &workers)
+    _worker_row(ctrl, worker)  # (checks the index)
+    finish(base, worker, workers, seq, status)
 
 
 def status(cnp.ndarray ctrl not None, Py_ssize_t worker):

@@ -13,10 +13,10 @@ and info values that are not numbers (see :mod:`fastvec.vector._infos`).
 """
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
-import time
 import traceback
 from typing import Any, Callable
 
@@ -29,6 +29,7 @@ from fastvec.vector import _protocol
 from fastvec.vector._infos import InfoWriter
 from fastvec.vector._protocol import AUTORESET_CODES, LIVENESS_INTERVAL, RECOVERABLE, Command, Status
 from fastvec.vector._shared_buffer import SharedBuffer, receive
+from fastvec.vector._step_server import StepServer
 
 # Names `call` must not reach: they have their own commands (as in AsyncVectorEnv).
 RESERVED_CALLS = ("reset", "step", "close", "_setattr", "_check_spaces")
@@ -75,7 +76,7 @@ class _Worker:
         # (single-leaf observations are copied into the slab by the loop itself)
         leaf_obs = (self.obs_slabs[0] if obs_layout is not None and obs_layout.is_leaf
                     and not obs_layout.has_objects else None)
-        self._loop = EnvLoop(envs, first, AUTORESET_CODES[autoreset_mode], self.rewards, self.terminations,
+        self.env_loop = EnvLoop(envs, first, AUTORESET_CODES[autoreset_mode], self.rewards, self.terminations,
                              self.truncations, self.last_obs, self.autoreset, self.infos.kernel, leaf_obs)
 
     # -- commands -----------------------------------------------------------------
@@ -85,14 +86,25 @@ class _Worker:
         the slabs)."""
         if actions is None:
             actions = self._read_actions()
-        loop = self._loop
+        loop = self.env_loop
         try:
             loop.step(actions)
         except BaseException:
             self.current_env = loop.current
             raise
         status = loop.quiet_status()  # the common case: everything is in the block
-        return (status, None) if status >= 0 else self._finish(loop.obs_written)
+        return (status, None) if status >= 0 else self.finish_step()
+
+    def finish_step(self) -> tuple[int, Any]:
+        """After the env loop has stepped every env and left something for the pipe: the
+        step's status and reply (see :meth:`_finish`)."""
+        return self._finish(self.env_loop.obs_written)
+
+    def slab_action_view(self) -> Callable[[int], np.ndarray] | None:
+        """``view(code)``: this worker's rows of the single action slab seen as the dtype
+        ``code`` names (what :meth:`_read_actions` reads); None when the actions are not
+        one leaf."""
+        return functools.partial(self._act_view, 0) if self.act_layout.is_leaf else None
 
     def reset(self, seeds, options, mask) -> tuple[int, Any]:
         kernel = self.infos.kernel
@@ -314,57 +326,54 @@ def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: 
 
 def _serve(worker: _Worker, ctrl: np.ndarray, pipe, spin_s: float, parent_alive: Callable[[], bool]) -> None:
     index = worker.index
-    seq = 0
-    gap = spin_s  # how soon the next command tends to come after one is done (a running mean)
+    # Takes every command, and runs the plain steps itself (compiled); the rest come here.
+    server = StepServer(ctrl, index, worker.env_loop, worker.act_codes, worker.slab_action_view(), spin_s,
+                        MAX_SPIN_S)
     while True:
-        # Spin (yielding) about twice as long as the next command usually takes to come, so
-        # that a tight stepping loop never pays for a wake-up from a blocked wait, which
-        # costs tens to hundreds of microseconds on a virtual machine; but when the caller
-        # spends longer between steps (a learner's update), block after the base spin and
-        # leave the cores to it.
-        spin = min(2.0 * gap + spin_s, MAX_SPIN_S) if gap < MAX_SPIN_S else spin_s
-        start = time.perf_counter()
-        got = _sync.wait_command(ctrl, index, seq, spin, 5 * LIVENESS_INTERVAL)
-        if got is None:
-            if not parent_alive():
-                return
-            continue
-        waited = time.perf_counter() - start  # (the mean is updated once the command is done)
-        seq, command = got
         phase = "step"
         try:
-            if command == _STEP:
-                status, reply = worker.step()
-            elif command == _STEP_PIPE:
-                status, reply = worker.step(pipe.recv())
-            elif command == Command.PIPE:
-                name, payload = pipe.recv()
-                phase = name
-                if name == "reset":
-                    status, reply = worker.reset(*payload)
-                elif name == "call":
-                    status, reply = worker.call(*payload)
-                elif name == "setattr":
-                    status, reply = worker.set_attr(*payload)
+            got = server.serve(5 * LIVENESS_INTERVAL)
+            if got is not None:
+                seq, command, stepped = got
+                if stepped:  # the server ran the envs; something goes on the pipe
+                    status, reply = worker.finish_step()
+                elif command == _STEP:
+                    status, reply = worker.step()
+                elif command == _STEP_PIPE:
+                    status, reply = worker.step(pipe.recv())
+                elif command == Command.PIPE:
+                    name, payload = pipe.recv()
+                    phase = name
+                    if name == "reset":
+                        status, reply = worker.reset(*payload)
+                    elif name == "call":
+                        status, reply = worker.call(*payload)
+                    elif name == "setattr":
+                        status, reply = worker.set_attr(*payload)
+                    else:
+                        raise ValueError(f"unknown worker command {name!r}")
+                elif command == Command.CLOSE:
+                    _sync.finish_command(ctrl, index, seq, Status.OK)
+                    return
                 else:
-                    raise ValueError(f"unknown worker command {name!r}")
-            elif command == Command.CLOSE:
-                _sync.finish_command(ctrl, index, seq, Status.OK)
-                return
-            else:
-                raise ValueError(f"unknown command word {command}")
+                    raise ValueError(f"unknown command word {command}")
         except BaseException as exc:
+            if server.stepping:  # an env of a step the server ran
+                worker.current_env = worker.env_loop.current
             report = error_report(exc, worker.current_env, phase)
             recoverable = phase in RECOVERABLE and isinstance(exc, Exception)
-            _sync.finish_command(ctrl, index, seq, Status.CALL_ERROR if recoverable else Status.ERROR)
+            _sync.finish_command(ctrl, index, server.seq, Status.CALL_ERROR if recoverable else Status.ERROR)
             _protocol.send(pipe, report)
             if recoverable:
                 continue
             return
+        if got is None:  # no command for a while
+            if not parent_alive():
+                return
+            continue
         _sync.finish_command(ctrl, index, seq, status)
         if status == _MESSAGE:
             _protocol.send(pipe, reply)
-        gap += 0.125 * (min(waited, 2 * MAX_SPIN_S) - gap)
 
 
 if __name__ == "__main__":  # pragma: no cover

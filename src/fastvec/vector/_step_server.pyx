@@ -1,0 +1,112 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""A worker's command loop, with its plain steps compiled.
+
+A worker waits for a command on its control row, runs it for its envs and marks it
+done. Most commands are plain steps (``Command.STEP``: the actions are in the shared
+block, and so are the results). Around each one the Python loop of ``_worker._serve``
+ran about a microsecond of glue: the wait's return, the dispatch, reading the actions,
+the status, the done word. That glue is on the vector step's critical path whenever
+this worker is the last to finish. :class:`StepServer` waits for the commands and runs
+the plain steps itself, through the worker's compiled env loop, until one comes that it
+leaves to Python: any other command, a step whose actions are not one slab, or a step
+whose envs left something for the pipe (the envs have stepped; Python finishes it). An
+env's exception propagates to the Python loop, which reports it as before.
+"""
+cimport numpy as cnp
+from libc.stdint cimport uint32_t
+
+from fastvec.vector cimport _sync
+from fastvec.vector._protocol cimport STEP
+
+cnp.import_array()
+
+
+cdef class StepServer:
+    """Serves one worker's commands (see the module docstring).
+
+    Args:
+        ctrl: the control block (uint32 ``[workers + 1, ROW_WORDS]``, C-contiguous).
+        worker: this worker's index.
+        loop: the worker's ``EnvLoop``.
+        action_codes: the worker's row of the action-dtype codes (uint32, one per leaf).
+        action_view: ``action_view(code)``: the worker's rows of the single action slab seen
+            as the dtype ``code`` names; None when the actions are not one slab (every
+            step then goes to Python).
+        spin_s / max_spin_s: the shortest and the longest spin before a wait blocks.
+    """
+    cdef cnp.ndarray ctrl_arr, codes_arr
+    cdef uint32_t *ctrl
+    cdef Py_ssize_t worker, workers
+    cdef object loop, action_view, view
+    cdef uint32_t view_code
+    cdef bint copy_actions
+    cdef double spin_s, max_spin_s
+    cdef readonly uint32_t seq  # the last command taken
+    cdef readonly bint stepping  # True while (or after) the env loop of a step it runs raises
+    cdef readonly double gap  # how soon the next command tends to come after one is done
+
+    def __init__(self, cnp.ndarray ctrl not None, Py_ssize_t worker, object loop not None,
+                 cnp.ndarray action_codes not None, object action_view, double spin_s, double max_spin_s):
+        self.ctrl = _sync.ctrl_words(ctrl, &self.workers)
+        if not 0 <= worker < self.workers:
+            raise IndexError(f"worker {worker} out of range [0, {self.workers})")
+        if (cnp.PyArray_TYPE(action_codes) != cnp.NPY_UINT32 or cnp.PyArray_NDIM(action_codes) != 1
+                or cnp.PyArray_DIMS(action_codes)[0] < 1 or not cnp.PyArray_IS_C_CONTIGUOUS(action_codes)):
+            raise ValueError("action_codes must be a contiguous 1-d uint32 array of one code per action leaf")
+        self.ctrl_arr = ctrl  # (keeps the block mapped)
+        self.codes_arr = action_codes
+        self.worker = worker
+        self.loop = loop
+        self.action_view = action_view
+        self.view = None
+        self.spin_s = spin_s
+        self.max_spin_s = max_spin_s
+        self.gap = spin_s
+        self.seq = 0
+
+    def serve(self, double timeout_s):
+        """Wait for commands and run the plain steps, until one for Python comes.
+
+        Returns ``(seq, command, stepped)``: ``stepped`` when the command is a plain step
+        whose envs have run but left something for the pipe (Python finishes it), or None
+        when ``timeout_s`` passed with no command (the worker checks that its parent lives).
+        An env's exception propagates, with :attr:`stepping` True.
+        """
+        cdef double start, spin
+        cdef bint got
+        cdef uint32_t command, code
+        cdef int status
+        self.stepping = False
+        while True:
+            # Spin about twice as long as the next command usually takes to come, so that a
+            # tight stepping loop never pays for a wake-up from a blocked wait (tens to
+            # hundreds of microseconds on a virtual machine); when the caller spends longer
+            # between steps (a learner's update), block after the shortest spin and leave
+            # the cores to it.
+            spin = min(2.0 * self.gap + self.spin_s, self.max_spin_s) if self.gap < self.max_spin_s else self.spin_s
+            start = _sync.now()
+            with nogil:
+                got = _sync.await_command(self.ctrl, self.worker, self.seq, spin, start + timeout_s)
+            if not got:
+                return None
+            self.seq += 1
+            self.gap += 0.125 * (min(_sync.now() - start, 2.0 * self.max_spin_s) - self.gap)
+            command = _sync.command_word(self.ctrl, self.worker)
+            if command != STEP or self.action_view is None:
+                return self.seq, command, False
+            code = (<uint32_t *>cnp.PyArray_DATA(self.codes_arr))[0]
+            if self.view is None or code != self.view_code:
+                self.view = self.action_view(code)
+                self.view_code = code
+                self.copy_actions = cnp.PyArray_NDIM(<cnp.ndarray>self.view) > 1
+            self.stepping = True
+            # As _Worker._read_actions hands them out: one number per env is a view (indexing
+            # it gives a NumPy scalar, a copy); rows are copied, since the caller may
+            # overwrite the slab while an env still holds its action.
+            self.loop.step(cnp.PyArray_NewCopy(<cnp.ndarray>self.view, cnp.NPY_CORDER) if self.copy_actions
+                           else self.view)
+            self.stepping = False
+            status = self.loop.quiet_status()
+            if status < 0:
+                return self.seq, command, True
+            _sync.finish(self.ctrl, self.worker, self.workers, self.seq, <uint32_t>status)
