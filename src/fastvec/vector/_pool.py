@@ -239,7 +239,7 @@ class WorkerPool:
 
     # -- waiting ------------------------------------------------------------------------------
     def wait(self, pending: np.ndarray, timeout: float | None, caller: str,
-             started: float | None = None) -> tuple[list, bool]:
+             started: float | None = None, spun: bool = False) -> tuple[list, bool]:
         """Wait for the workers in ``pending`` (the caller running its own share first).
 
         Returns ([(worker, reply)] for those that sent one on the pipe, whether some env of
@@ -247,8 +247,10 @@ class WorkerPool:
         AsyncVectorEnv reports it (one ``logger.error`` pair per failed worker) and its
         exception re-raised; ``multiprocessing.TimeoutError`` after ``timeout`` seconds
         (the command stays pending: wait again, or close). ``started``: when the command
-        was sent (``time.perf_counter()``), if before this call. (The compiled step runs the
-        caller's own share itself and leaves its outcome in :attr:`local_outcome`.)
+        was sent (``time.perf_counter()``), if before this call. ``spun``: the caller has
+        already spun for the workers as long as this wait would (:meth:`tail_spin_s`), so
+        this one blocks after the shortest spin. (The compiled step runs the caller's own
+        share itself and leaves its outcome in :attr:`local_outcome`.)
         """
         if started is None:
             started = time.perf_counter()
@@ -264,7 +266,7 @@ class WorkerPool:
             pending[0] = 0
         bits = _sync.done_status_bits(self.ctrl, pending)
         if bits < 0:  # (else all were done already: the caller's own share took longest)
-            self._wait_until_done(pending, deadline, timeout, caller)
+            self._wait_until_done(pending, deadline, timeout, caller, spun)
             bits = _sync.status_bits(self.ctrl, pending)
         self.record_command_time(started)
         # The caller's own share's outcome is kept until the workers are done, so that a wait
@@ -304,7 +306,7 @@ class WorkerPool:
         return min(max(self._parent_spin_s, 0.5 * self._wait_mean), MAX_TAIL_SPIN_S)
 
     def _wait_until_done(self, pending: np.ndarray, deadline: float | None, timeout: float | None,
-                         caller: str) -> None:
+                         caller: str, spun: bool = False) -> None:
         """Wait until every worker in ``pending`` has finished (see :meth:`wait`)."""
         # How the caller waits. Until a first worker is done every core is busy with one, so
         # it blocks after a short spin. From then on a core is free (that worker's, or the
@@ -314,8 +316,8 @@ class WorkerPool:
         # which costs tens of microseconds on a virtual machine, a sizeable part of a step of
         # a few hundred. (A worker that finishes its even share 20-40 µs after the caller's,
         # one step in ten with MuJoCo envs, is still waited for by spinning.)
-        tail = self.tail_spin_s()
-        spin = tail if self.local is not None else self._parent_spin_s
+        tail = 0.0 if spun else self.tail_spin_s()
+        spin = tail if self.local is not None and not spun else self._parent_spin_s
         while True:
             chunk = LIVENESS_INTERVAL
             if deadline is not None:

@@ -104,6 +104,7 @@ cdef class StepDriver:
         cdef int64_t bits
         cdef double tail
         cdef tuple local = None
+        cdef bint spun = False
         if ctrl_arr is None:
             return False
         ctrl = _sync.ctrl_words(ctrl_arr, &workers)
@@ -148,6 +149,7 @@ cdef class StepDriver:
             tail = pool.tail_spin_s()
             with nogil:
                 bits = _sync.spin_done_status(ctrl, remote, workers, tail)
+            spun = True
         if bits >= 0 and not (bits & ~_QUIET_BITS) and (local is None or local[1] is None):
             # every worker is done and nothing is on a pipe: the common case
             pool.record_command_time(started)
@@ -155,7 +157,7 @@ cdef class StepDriver:
             self.replies = None
             self.infos_seen = (bits & (1 << INFOS)) != 0 or (local is not None and local[0] == INFOS)
         else:  # a worker to wait for, or something to read: WorkerPool.wait's general path
-            self.replies, self.infos_seen = pool.wait(self.remote_mask, None, "step_wait", started)
+            self.replies, self.infos_seen = pool.wait(self.remote_mask, None, "step_wait", started, spun)
         self.pending = False
         return True
 

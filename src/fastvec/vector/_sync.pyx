@@ -397,7 +397,8 @@ def wait_command(cnp.ndarray ctrl not None, Py_ssize_t worker, uint32_t last_seq
     cdef uint32_t *base = ctrl_words(ctrl, &workers)
     cdef double deadline = fv_now() + timeout_s
     cdef bint got
-    _worker_row(ctrl, worker)  # (checks the index)
+    if not 0 <= worker < workers:
+        raise IndexError(f"worker {worker} out of range [0, {workers})")
     with nogil:
         got = await_command(base, worker, last_seq, spin_s, deadline)
     if not got:
@@ -409,7 +410,8 @@ def finish_command(cnp.ndarray ctrl not None, Py_ssize_t worker, uint32_t seq, u
     """Worker side: publish ``status`` and mark command ``seq`` done (results are in the buffer)."""
     cdef Py_ssize_t workers
     cdef uint32_t *base = ctrl_words(ctrl, &workers)
-    _worker_row(ctrl, worker)  # (checks the index)
+    if not 0 <= worker < workers:
+        raise IndexError(f"worker {worker} out of range [0, {workers})")
     finish(base, worker, workers, seq, status)
 
 

@@ -40,7 +40,7 @@ _STEP, _STEP_PIPE = Command.STEP, Command.STEP_PIPE
 # Object-leaf values of these types are sent again only when they change (a MiniGrid
 # mission string stays the same for a whole episode); they cannot change in place.
 _IMMUTABLE = (str, bytes, int, float, bool, type(None))
-# The longest a waiting worker spins before it blocks (see _serve).
+# The longest a waiting worker spins before it blocks (see StepServer.serve).
 MAX_SPIN_S = 200e-6
 _UNSENT = object()
 
@@ -103,8 +103,9 @@ class _Worker:
     def slab_action_view(self) -> Callable[[int], np.ndarray] | None:
         """``view(code)``: this worker's rows of the single action slab seen as the dtype
         ``code`` names (what :meth:`_read_actions` reads); None when the actions are not
-        one leaf."""
-        return functools.partial(self._act_view, 0) if self.act_layout.is_leaf else None
+        one fixed-size leaf."""
+        layout = self.act_layout
+        return functools.partial(self._act_view, 0) if layout.is_leaf and not layout.has_objects else None
 
     def reset(self, seeds, options, mask) -> tuple[int, Any]:
         kernel = self.infos.kernel
@@ -325,6 +326,13 @@ def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: 
 
 
 def _serve(worker: _Worker, ctrl: np.ndarray, pipe, spin_s: float, parent_alive: Callable[[], bool]) -> None:
+    """The worker's command loop: serve commands until CLOSE, a fatal error, or the parent's death.
+
+    A :class:`StepServer` takes every command and runs the plain steps itself; what it
+    hands back (other commands, steps that need the pipe) runs here, and so does the report
+    of any exception: a recoverable one (``call``/``setattr``) is sent and the loop goes on,
+    anything else is sent and ends it.
+    """
     index = worker.index
     # Takes every command, and runs the plain steps itself (compiled); the rest come here.
     server = StepServer(ctrl, index, worker.env_loop, worker.act_codes, worker.slab_action_view(), spin_s,
