@@ -77,7 +77,7 @@ class _Worker:
         leaf_obs = (self.obs_slabs[0] if obs_layout is not None and obs_layout.is_leaf
                     and not obs_layout.has_objects else None)
         self.env_loop = EnvLoop(envs, first, AUTORESET_CODES[autoreset_mode], self.rewards, self.terminations,
-                             self.truncations, self.last_obs, self.autoreset, self.infos.kernel, leaf_obs)
+                                self.truncations, self.last_obs, self.autoreset, self.infos.kernel, leaf_obs)
 
     # -- commands -----------------------------------------------------------------
     def step(self, actions: list | None = None) -> tuple[int, Any]:
