@@ -47,9 +47,7 @@ cdef class StepServer:
 
     def __init__(self, cnp.ndarray ctrl not None, Py_ssize_t worker, object loop not None,
                  cnp.ndarray action_codes not None, object action_view, double spin_s, double max_spin_s):
-        self.ctrl = _sync.ctrl_words(ctrl, &self.workers)
-        if not 0 <= worker < self.workers:
-            raise IndexError(f"worker {worker} out of range [0, {self.workers})")
+        self.ctrl = _sync.worker_words(ctrl, worker, &self.workers)
         if (cnp.PyArray_TYPE(action_codes) != cnp.NPY_UINT32 or cnp.PyArray_NDIM(action_codes) != 1
                 or cnp.PyArray_DIMS(action_codes)[0] < 1 or not cnp.PyArray_IS_C_CONTIGUOUS(action_codes)):
             raise ValueError("action_codes must be a contiguous 1-d uint32 array of one code per action leaf")

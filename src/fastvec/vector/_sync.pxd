@@ -5,6 +5,7 @@ from libc.stdint cimport int64_t, uint8_t, uint32_t
 
 
 cdef uint32_t *ctrl_words(cnp.ndarray ctrl, Py_ssize_t *workers) except NULL
+cdef uint32_t *worker_words(cnp.ndarray ctrl, Py_ssize_t worker, Py_ssize_t *workers) except NULL
 cdef const uint8_t *mask_bytes(cnp.ndarray mask, Py_ssize_t workers, str name) except NULL
 cdef int start_command(uint32_t *ctrl, Py_ssize_t worker, uint32_t command) except -1
 cdef int64_t done_status(uint32_t *ctrl, const uint8_t *mask, Py_ssize_t workers) noexcept nogil

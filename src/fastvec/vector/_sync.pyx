@@ -69,6 +69,17 @@ cdef inline void fv_increment(uint32_t *p) noexcept nogil:
 cdef double PURE_SPIN_S = 2e-6
 
 
+cdef inline bint _spin_on(double start, double spin_s) noexcept nogil:
+    """Between two rounds of a spinning wait's checks: False once ``spin_s`` has passed
+    since ``start``; else True, having yielded the core if ``PURE_SPIN_S`` has passed."""
+    cdef double elapsed = fv_now() - start
+    if elapsed >= spin_s:
+        return False
+    if elapsed >= PURE_SPIN_S:
+        fv_yield()
+    return True
+
+
 cdef inline bint _wait_equal(uint32_t *word, uint32_t target, uint32_t *sleeping,
                              double spin_s, double deadline) noexcept nogil:
     """Wait until *word == target: spin up to spin_s, then block. False on deadline."""
@@ -80,11 +91,8 @@ cdef inline bint _wait_equal(uint32_t *word, uint32_t target, uint32_t *sleeping
             if fv_load(word) == target:
                 return True
             fv_pause()
-        now = fv_now()
-        if now - start >= spin_s:
+        if not _spin_on(start, spin_s):
             break
-        if now - start >= PURE_SPIN_S:
-            fv_yield()
     while True:
         fv_store(sleeping, 1)
         seen = fv_load(word)
@@ -134,15 +142,18 @@ cdef const uint8_t *mask_bytes(cnp.ndarray mask, Py_ssize_t workers, str name) e
     return <const uint8_t *>cnp.PyArray_DATA(mask)
 
 
-cdef inline uint32_t *_worker_row(cnp.ndarray ctrl, Py_ssize_t worker, uint32_t **shared=NULL) except NULL:
-    """Worker ``worker``'s control row (range-checked); ``shared`` gets the last, shared row."""
+cdef uint32_t *worker_words(cnp.ndarray ctrl, Py_ssize_t worker, Py_ssize_t *workers) except NULL:
+    """:func:`ctrl_words`, after checking too that ``worker`` is in range."""
+    cdef uint32_t *base = ctrl_words(ctrl, workers)
+    if not 0 <= worker < workers[0]:
+        raise IndexError(f"worker {worker} out of range [0, {workers[0]})")
+    return base
+
+
+cdef inline uint32_t *_worker_row(cnp.ndarray ctrl, Py_ssize_t worker) except NULL:
+    """Worker ``worker``'s control row (range-checked)."""
     cdef Py_ssize_t workers
-    cdef uint32_t *base = ctrl_words(ctrl, &workers)
-    if not 0 <= worker < workers:
-        raise IndexError(f"worker {worker} out of range [0, {workers})")
-    if shared != NULL:
-        shared[0] = _row(base, workers)
-    return _row(base, worker)
+    return _row(worker_words(ctrl, worker, &workers), worker)
 
 
 cdef inline bint _is_done(uint32_t *row) noexcept nogil:
@@ -199,11 +210,8 @@ cdef int _wait_any_done(uint32_t *ctrl, const uint8_t *pending, Py_ssize_t worke
             if w >= 0:
                 return w
             fv_pause()
-        now = fv_now()
-        if now - start >= spin_s:
+        if not _spin_on(start, spin_s):
             break
-        if now - start >= PURE_SPIN_S:
-            fv_yield()
     while True:
         seen = fv_load(counter)
         fv_store(sleeping, 1)
@@ -305,18 +313,15 @@ cdef int64_t spin_done_status(uint32_t *ctrl, const uint8_t *mask, Py_ssize_t wo
     """:func:`done_status` once every worker in ``mask`` has finished, spinning (and yielding
     the core between checks after ``PURE_SPIN_S``) for up to ``spin_s``; -1 if one is still
     busy then. Never blocks: for a caller with a core of its own, whose wait is short."""
-    cdef double start = fv_now(), now
+    cdef double start = fv_now()
     cdef int i
     while True:
         for i in range(16):
             if _first_busy(ctrl, mask, workers) < 0:
                 return _status_bits(ctrl, mask, workers)
             fv_pause()
-        now = fv_now()
-        if now - start >= spin_s:
+        if not _spin_on(start, spin_s):
             return -1
-        if now - start >= PURE_SPIN_S:
-            fv_yield()
 
 
 def done_status_bits(cnp.ndarray ctrl not None, cnp.ndarray mask not None):
@@ -341,9 +346,10 @@ cdef int start_command(uint32_t *ctrl, Py_ssize_t worker, uint32_t command) exce
 
 def send_command(cnp.ndarray ctrl not None, Py_ssize_t worker, uint32_t command):
     """Parent side: hand ``worker`` a command; returns its sequence number."""
-    cdef uint32_t *row = _worker_row(ctrl, worker)
-    start_command(row - worker * <int>ROW_WORDS, worker, command)
-    return fv_load(&row[<int>CMD_SEQ])
+    cdef Py_ssize_t workers
+    cdef uint32_t *base = worker_words(ctrl, worker, &workers)
+    start_command(base, worker, command)
+    return fv_load(&_row(base, worker)[<int>CMD_SEQ])
 
 
 def is_done(cnp.ndarray ctrl not None, Py_ssize_t worker):
@@ -394,11 +400,9 @@ def wait_command(cnp.ndarray ctrl not None, Py_ssize_t worker, uint32_t last_seq
     worker then checks that its parent still lives and waits again).
     """
     cdef Py_ssize_t workers
-    cdef uint32_t *base = ctrl_words(ctrl, &workers)
+    cdef uint32_t *base = worker_words(ctrl, worker, &workers)
     cdef double deadline = fv_now() + timeout_s
     cdef bint got
-    if not 0 <= worker < workers:
-        raise IndexError(f"worker {worker} out of range [0, {workers})")
     with nogil:
         got = await_command(base, worker, last_seq, spin_s, deadline)
     if not got:
@@ -409,10 +413,7 @@ def wait_command(cnp.ndarray ctrl not None, Py_ssize_t worker, uint32_t last_seq
 def finish_command(cnp.ndarray ctrl not None, Py_ssize_t worker, uint32_t seq, uint32_t status):
     """Worker side: publish ``status`` and mark command ``seq`` done (results are in the buffer)."""
     cdef Py_ssize_t workers
-    cdef uint32_t *base = ctrl_words(ctrl, &workers)
-    if not 0 <= worker < workers:
-        raise IndexError(f"worker {worker} out of range [0, {workers})")
-    finish(base, worker, workers, seq, status)
+    finish(worker_words(ctrl, worker, &workers), worker, workers, seq, status)
 
 
 def status(cnp.ndarray ctrl not None, Py_ssize_t worker):
