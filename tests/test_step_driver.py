@@ -19,18 +19,18 @@ def toy_fns(n, **kwargs):
     return [lambda k=k: ToyEnv(max_len=3 + 4 * (k % 3), **kwargs) for k in range(n)]
 
 
-class _GeneralPathCounter:
-    """Counts FastVectorEnv.step_async calls: the general path's entry."""
+def _record_calls(monkeypatch, obj, name: str) -> list:
+    """Wrap ``obj.name`` so that each call (which still runs) appends its positional
+    arguments to the list returned; on an env, ``step_async`` is the general path's entry."""
+    original = getattr(obj, name)
+    calls: list = []
 
-    def __init__(self, monkeypatch, env):
-        self.calls = 0
-        original = env.step_async
+    def recorded(*args, **kwargs):
+        calls.append(args)
+        return original(*args, **kwargs)
 
-        def counted(actions):
-            self.calls += 1
-            return original(actions)
-
-        monkeypatch.setattr(env, "step_async", counted)
+    monkeypatch.setattr(obj, name, recorded)
+    return calls
 
 
 def _interrupt_once(monkeypatch, obj, name: str) -> None:
@@ -54,7 +54,7 @@ def test_common_case_is_compiled_and_equals_sync(monkeypatch, step_in_caller, ac
     ref = SyncVectorEnv(fns, autoreset_mode=mode)
     with FastVectorEnv(fns, num_workers=2, autoreset_mode=mode, step_in_caller=step_in_caller) as env:
         assert_same(ref.reset(seed=3), env.reset(seed=3), "reset")
-        counter = _GeneralPathCounter(monkeypatch, env)
+        general_path = _record_calls(monkeypatch, env, "step_async")
         ref.action_space.seed(1)
         episodes = 0
         for t in range(80):
@@ -63,7 +63,7 @@ def test_common_case_is_compiled_and_equals_sync(monkeypatch, step_in_caller, ac
             assert_same(expected, env.step(actions), f"step {t}")
             episodes += int((expected[2] | expected[3]).sum())
         # Only the first step names the actions' dtype to the workers (the general path).
-        assert counter.calls == 1
+        assert len(general_path) == 1
         assert episodes > 10
     ref.close()
 
@@ -87,11 +87,12 @@ def test_other_actions_take_the_general_path_and_still_equal_sync(monkeypatch, s
     ]
     with FastVectorEnv(fns, num_workers=2, step_in_caller=step_in_caller) as env:
         assert_same(ref.reset(seed=0), env.reset(seed=0), "reset")
-        counter = _GeneralPathCounter(monkeypatch, env)
+        general_path = _record_calls(monkeypatch, env, "step_async")
         for k, (actions, general) in enumerate(batches):
-            before = counter.calls
+            before = len(general_path)
             assert_same(ref.step(actions), env.step(actions), f"batch {k}")
-            assert counter.calls - before == general, f"batch {k}: general path taken {counter.calls - before} times"
+            taken = len(general_path) - before
+            assert taken == general, f"batch {k}: general path taken {taken} times"
         with pytest.raises(ValueError, match="3 actions for 4 envs"):
             env.step(list(base[:3]))
     ref.close()
@@ -174,10 +175,10 @@ def test_the_compiled_step_comes_back_once_nothing_is_in_flight(monkeypatch):
         assert_same(ref.reset(seed=2), env.reset(seed=2), "reset")
         actions = np.array([0, 1, 2, 3])
         assert_same(ref.step(actions), env.step(actions), "step 0")  # names the dtype
-        counter = _GeneralPathCounter(monkeypatch, env)
+        general_path = _record_calls(monkeypatch, env, "step_async")
         for t in range(1, 5):
             assert_same(ref.step(actions), env.step(actions), f"step {t}")
-        assert counter.calls == 0
+        assert len(general_path) == 0
     ref.close()
 
 
@@ -262,14 +263,7 @@ def test_the_compiled_step_spins_for_a_worker_a_little_later_than_the_callers_sh
         actions = np.array([1, 2])
         for t in range(10):  # (the first steps name the dtype and the info signatures)
             assert_same(ref.step(actions), env.step(actions), f"step {t}")
-        pool, waits = env._pool, []
-        original = pool.wait
-
-        def counted(*args, **kwargs):
-            waits.append(args)
-            return original(*args, **kwargs)
-
-        monkeypatch.setattr(pool, "wait", counted)
+        waits = _record_calls(monkeypatch, env._pool, "wait")
         steps = 40
         for t in range(10, 10 + steps):
             assert_same(ref.step(actions), env.step(actions), f"step {t}")
