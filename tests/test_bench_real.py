@@ -1,4 +1,6 @@
 """The `real` bench section's machinery, on a tiny size (needs the `real` extra)."""
+import re
+
 import pytest
 
 pytest.importorskip("mujoco", reason="the real bench needs gymnasium[mujoco] (pip install \"fastvec[real]\")")
@@ -49,9 +51,12 @@ def test_table_has_every_row_and_column(capsys):
     assert any(c.startswith("fastvec step_in_caller=") for c in header)
     assert any(c.startswith("step_in_caller=") and c.endswith("% of limit") for c in header)
     assert [(r[0], r[1]) for r in rows] == [(w.label, "2") for w in real.WORKLOADS]
+    shares = [k for k, c in enumerate(header) if c.endswith("% of limit")]
     for row in rows:
         assert len(row) == len(header)
         assert all(cell not in ("", "–", "0") for cell in row), row
+        # shares of the limit with one decimal (a rounded whole percent could cross a target)
+        assert all(re.fullmatch(r"\d+\.\d %", row[k]) for k in shares), row
     assert "fastvec default: FastVectorEnv(env_fns), here num_workers=2" in out
 
 

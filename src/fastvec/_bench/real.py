@@ -313,7 +313,9 @@ def measure(workload: Workload, num_envs: int, names: Sequence[str], *, transiti
 
 
 def _pct(x: float | None, of: float) -> str:
-    return "–" if x is None else f"{100 * x / of:.0f} %"
+    # One decimal, so that a share read against a whole-percent target cannot round across it
+    # (89.6 % would print as "90 %").
+    return "–" if x is None else f"{100 * x / of:.1f} %"
 
 
 def run(quick: bool = False, *, sizes: Sequence[int] = SIZES, workloads: Sequence[Workload] = WORKLOADS,
