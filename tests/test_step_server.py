@@ -46,7 +46,7 @@ class Caller:
             self.views.append(chr(code))
             return self.slab.view(np.dtype(chr(code)))
 
-        self.server = StepServer(self.ctrl, 0, loop, self.codes, view, 1e-5, 1e-4)
+        self.server = StepServer(self.ctrl, 0, loop, self.codes, view, 1e-5, 1e-4, 1e-4)
         self.outcome = None
         self.thread = None
 
@@ -109,7 +109,7 @@ def test_other_commands_return_to_python_untouched():
 def test_steps_without_a_single_action_slab_return_to_python():
     loop = FakeLoop([])
     caller = Caller(loop, np.zeros((2, 3), np.float32))
-    caller.server = StepServer(caller.ctrl, 0, loop, caller.codes, None, 1e-5, 1e-4)
+    caller.server = StepServer(caller.ctrl, 0, loop, caller.codes, None, 1e-5, 1e-4, 1e-4)
     caller.start()
     seq = caller.command(Command.STEP)
     assert caller.join() == ("returned", (seq, Command.STEP, False))
@@ -154,6 +154,6 @@ def test_no_command_returns_none_after_the_timeout():
 def test_checks_its_arguments():
     ctrl = np.zeros((2, 16), np.uint32)
     with pytest.raises(IndexError, match="worker 1 out of range"):
-        StepServer(ctrl, 1, FakeLoop([]), np.zeros(1, np.uint32), None, 1e-5, 1e-4)
+        StepServer(ctrl, 1, FakeLoop([]), np.zeros(1, np.uint32), None, 1e-5, 1e-4, 1e-4)
     with pytest.raises(ValueError, match="action_codes"):
-        StepServer(ctrl, 0, FakeLoop([]), np.zeros(1, np.int64), None, 1e-5, 1e-4)
+        StepServer(ctrl, 0, FakeLoop([]), np.zeros(1, np.int64), None, 1e-5, 1e-4, 1e-4)

@@ -16,6 +16,8 @@ cpdef enum SharedWord:
     # Words of the last control row, shared by all workers.
     ANY_DONE = 0         # counts finished commands (the caller can block until *some* worker is done)
     ANY_SLEEPING = 1     # the caller sleeps on ANY_DONE
+    CALLER_THINK_US = 2  # the caller's time between a step's results and its next step (µs,
+                         # a running mean): waiting workers spin only while it is short
 
 
 cpdef enum Command:

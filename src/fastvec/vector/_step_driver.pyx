@@ -120,6 +120,7 @@ cdef class StepDriver:
             if codes[w * code_stride] != <uint32_t>code:
                 return False
         pool = self.pool
+        pool.step_started(self.clock())
         started = self.clock()
         for w in range(workers):
             if remote[w]:

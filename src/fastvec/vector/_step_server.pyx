@@ -33,6 +33,9 @@ cdef class StepServer:
             as the dtype ``code`` names; None when the actions are not one slab (every
             step then goes to Python).
         spin_s / max_spin_s: the shortest and the longest spin before a wait blocks.
+        think_window_s: the longest time between steps the caller may spend for the worker
+            to spin for the next command; a caller that spends longer (see the shared word
+            CALLER_THINK_US) gets the cores while it computes.
     """
     cdef cnp.ndarray ctrl_arr, codes_arr
     cdef uint32_t *ctrl
@@ -40,13 +43,14 @@ cdef class StepServer:
     cdef object loop, action_view, view
     cdef uint32_t view_code
     cdef bint copy_actions
-    cdef double spin_s, max_spin_s
+    cdef double spin_s, max_spin_s, think_window_s
     cdef readonly uint32_t seq  # the last command taken
     cdef readonly bint stepping  # True while (or after) the env loop of a step it runs raises
     cdef readonly double gap  # how soon the next command tends to come after one is done
 
     def __init__(self, cnp.ndarray ctrl not None, Py_ssize_t worker, object loop not None,
-                 cnp.ndarray action_codes not None, object action_view, double spin_s, double max_spin_s):
+                 cnp.ndarray action_codes not None, object action_view, double spin_s, double max_spin_s,
+                 double think_window_s):
         self.ctrl = _sync.worker_words(ctrl, worker, &self.workers)
         if (cnp.PyArray_TYPE(action_codes) != cnp.NPY_UINT32 or cnp.PyArray_NDIM(action_codes) != 1
                 or cnp.PyArray_DIMS(action_codes)[0] < 1 or not cnp.PyArray_IS_C_CONTIGUOUS(action_codes)):
@@ -59,6 +63,7 @@ cdef class StepServer:
         self.view = None
         self.spin_s = spin_s
         self.max_spin_s = max_spin_s
+        self.think_window_s = think_window_s
         self.gap = spin_s
         self.seq = 0
 
@@ -76,12 +81,17 @@ cdef class StepServer:
         cdef int status
         self.stepping = False
         while True:
-            # Spin about twice as long as the next command usually takes to come, so that a
-            # tight stepping loop never pays for a wake-up from a blocked wait (tens to
-            # hundreds of microseconds on a virtual machine); when the caller spends longer
-            # between steps (a learner's update), block after the shortest spin and leave
-            # the cores to it.
-            spin = min(2.0 * self.gap + self.spin_s, self.max_spin_s) if self.gap < self.max_spin_s else self.spin_s
+            # A caller that steps again right away (a loop that does little else between
+            # steps): spin about twice as long as the next command usually takes to come, so
+            # that it never pays for a wake-up from a blocked wait (tens to hundreds of
+            # microseconds on a virtual machine). A caller that computes between steps (a
+            # policy's forward pass, an update) needs every core for that: block at once.
+            # (The caller measures its own time between steps: a gap measured here would
+            # include the wake-ups, and blocking would then feed itself.)
+            if _sync.caller_think(self.ctrl, self.workers) < self.think_window_s:
+                spin = min(2.0 * self.gap + self.spin_s, self.max_spin_s) if self.gap < self.max_spin_s else self.spin_s
+            else:
+                spin = 0.0
             start = _sync.now()
             with nogil:
                 got = _sync.await_command(self.ctrl, self.worker, self.seq, spin, start + timeout_s)

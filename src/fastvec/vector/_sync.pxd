@@ -21,3 +21,4 @@ cdef uint32_t command_word(uint32_t *ctrl, Py_ssize_t worker) noexcept nogil
 cdef void finish(uint32_t *ctrl, Py_ssize_t worker, Py_ssize_t workers, uint32_t seq,
                  uint32_t status) noexcept nogil
 cdef double now() noexcept nogil
+cdef double caller_think(uint32_t *ctrl, Py_ssize_t workers) noexcept nogil

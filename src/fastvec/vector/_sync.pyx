@@ -13,7 +13,9 @@ memory (one 64-byte row per worker, so two workers never share a cache line):
 
 The last row is shared by all: ANY_DONE counts finished commands (so the
 caller can block until *some* worker is done, for send/recv), ANY_SLEEPING
-says the caller sleeps on it.
+says the caller sleeps on it, CALLER_THINK_US says how long the caller
+spends between steps (workers waiting for the next step spin only while that
+is short).
 
 A wait spins for a short, bounded time (cheap when the other side answers
 within microseconds), then blocks: a futex on Linux, 50 µs naps elsewhere.
@@ -30,8 +32,8 @@ from libc.string cimport memcpy
 
 cimport numpy as cnp
 
-from fastvec.vector._protocol cimport (ANY_DONE, ANY_SLEEPING, CMD, CMD_SEQ, DONE_SEQ, PARENT_SLEEPING,
-                                       ROW_WORDS, STATUS, WORKER_SLEEPING)
+from fastvec.vector._protocol cimport (ANY_DONE, ANY_SLEEPING, CALLER_THINK_US, CMD, CMD_SEQ, DONE_SEQ,
+                                       PARENT_SLEEPING, ROW_WORDS, STATUS, WORKER_SLEEPING)
 from fastvec.vector._rows cimport copy_row, fits_row, row_bytes
 
 cnp.import_array()
@@ -390,6 +392,24 @@ cdef void finish(uint32_t *ctrl, Py_ssize_t worker, Py_ssize_t workers, uint32_t
 cdef double now() noexcept nogil:
     """The clock the waits use (seconds, monotonic)."""
     return fv_now()
+
+
+cdef double caller_think(uint32_t *ctrl, Py_ssize_t workers) noexcept nogil:
+    """Worker side: the caller's time between a step's results and its next step (seconds)."""
+    return fv_load(&_row(ctrl, workers)[<int>CALLER_THINK_US]) * 1e-6
+
+
+def publish_caller_think(cnp.ndarray ctrl not None, double seconds):
+    """Parent side: tell the workers how long the caller spends between steps (a running mean)."""
+    cdef Py_ssize_t workers
+    cdef uint32_t *base = ctrl_words(ctrl, &workers)
+    fv_store(&_row(base, workers)[<int>CALLER_THINK_US], <uint32_t>min(max(seconds * 1e6, 0.0), 4e9))
+
+
+def read_caller_think(cnp.ndarray ctrl not None):
+    """What :func:`publish_caller_think` last published, in seconds (what the workers read)."""
+    cdef Py_ssize_t workers
+    return caller_think(ctrl_words(ctrl, &workers), workers)
 
 
 def wait_command(cnp.ndarray ctrl not None, Py_ssize_t worker, uint32_t last_seq,

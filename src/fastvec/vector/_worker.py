@@ -40,8 +40,13 @@ _STEP, _STEP_PIPE = Command.STEP, Command.STEP_PIPE
 # Object-leaf values of these types are sent again only when they change (a MiniGrid
 # mission string stays the same for a whole episode); they cannot change in place.
 _IMMUTABLE = (str, bytes, int, float, bool, type(None))
-# The longest a waiting worker spins before it blocks (see StepServer.serve).
-MAX_SPIN_S = 200e-6
+# The longest a waiting worker spins before it blocks (see StepServer.serve): about what a
+# small policy's forward pass and its bookkeeping take between two steps in torch.
+MAX_SPIN_S = 1e-3
+# A caller that spends longer than this between steps is computing (a policy's forward pass
+# takes 100 µs and more in torch), and waiting workers block at once: spinning would take the
+# cores it computes on, where a wake-up costs tens of microseconds (see StepServer.serve).
+THINK_WINDOW_S = 100e-6
 _UNSENT = object()
 
 
@@ -336,7 +341,7 @@ def _serve(worker: _Worker, ctrl: np.ndarray, pipe, spin_s: float, parent_alive:
     index = worker.index
     # Takes every command, and runs the plain steps itself (compiled); the rest come here.
     server = StepServer(ctrl, index, worker.env_loop, worker.act_codes, worker.slab_action_view(), spin_s,
-                        MAX_SPIN_S)
+                        MAX_SPIN_S, THINK_WINDOW_S)
     while True:
         phase = "step"
         try:

@@ -108,22 +108,29 @@ class FastVectorEnv(VectorEnv):
         step_in_caller: opt-in (default ``False``): the calling process steps the
             first worker's share of the envs itself while the worker processes step
             theirs, instead of waiting for them (so ``num_workers`` counts the
-            caller, and one process fewer competes for the cores). It is faster on
-            small machines (on 2 cores: 1.06-1.33x the default on CartPole, 1.02-1.04x
-            on HalfCheetah and Pong), but an env in that share runs inside your
-            training process: an env that calls ``os._exit``, segfaults or is killed
-            takes the trainer down with it, and a hang there cannot honour
+            caller, and one process fewer competes for the cores). It is a little
+            faster on small machines (``docs/benchmarks.md``), but an env in that share
+            runs inside your training process: an env that calls ``os._exit``, segfaults
+            or is killed takes the trainer down with it, and a hang there cannot honour
             ``step_wait(timeout=)``. Synchronous stepping only (``batch_size ==
             num_envs``). By default no env code runs in the calling process.
-        worker_spin_us / parent_spin_us: how long a waiting worker / the caller
-            spins at least before it blocks (both spin longer when commands come
-            that fast). Spinning answers in microseconds but takes a core; blocking
-            frees it.
-        pin_workers: pin worker w to the w-th usable CPU. Default (None): only when
-            the processes outnumber the usable CPUs (2 workers and the caller on 2
-            cores): every process is then always runnable, the scheduler has no
-            reason to move one, and a run where both workers happen to share a core
-            steps at half speed. ``False`` never pins, ``True`` always does.
+        worker_spin_us / parent_spin_us: how long a waiting worker / the caller spins
+            at least before it blocks. Spinning answers in microseconds but takes a core;
+            blocking frees it. A worker spins for the next step (up to 1 ms, about
+            twice as long as the next command usually takes to come) only while the
+            caller keeps at most one core busy between steps; a caller that computes on
+            more (torch's intra-op threads) gets every core: workers then block at once.
+            The caller spins through steps shorter than 200 µs on average.
+        pin_workers: pin worker w to the w-th usable CPU. Default ``False``: a pinned
+            worker cannot move off a core that a trainer's thread is using, and steps
+            there at a fraction of its speed. ``None`` (the earlier default) pins only
+            when the processes outnumber the usable CPUs.
+        release_openmp_threads: before each step, hand back the idle threads of the
+            calling process's GNU OpenMP runtimes (torch's on Linux) with OpenMP 5's
+            ``omp_pause_resource_all``. They otherwise spin for milliseconds after each
+            parallel region, on the cores the workers need for the step; the next
+            parallel region starts them again (tens of microseconds). No setting of
+            yours changes. Default ``True``; ``False`` leaves them alone.
 
     Raises:
         TypeError: ``env_fns`` is not a non-empty sequence of callables, or bad
@@ -153,7 +160,8 @@ class FastVectorEnv(VectorEnv):
         step_in_caller: bool = False,
         worker_spin_us: float = 50.0,
         parent_spin_us: float = 20.0,
-        pin_workers: bool | None = None,
+        pin_workers: bool | None = False,
+        release_openmp_threads: bool = True,
     ) -> None:
         if sys.platform == "win32":
             # Its workers get the shared block by file-descriptor passing (SCM_RIGHTS) and are
@@ -197,7 +205,8 @@ class FastVectorEnv(VectorEnv):
         self._pool = WorkerPool(self, env_fns, self.num_workers, autoreset_mode=self.autoreset_mode,
                                 step_in_caller=self.step_in_caller, context=context, daemon=daemon,
                                 worker_spin_s=float(worker_spin_us) * 1e-6,
-                                parent_spin_s=float(parent_spin_us) * 1e-6, pin_workers=pin_workers)
+                                parent_spin_s=float(parent_spin_us) * 1e-6, pin_workers=pin_workers,
+                                release_openmp_threads=bool(release_openmp_threads))
         try:
             self._set_spaces(self._pool.hellos())
             obs_layout, act_layout, sections, size = layouts(

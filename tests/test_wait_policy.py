@@ -1,0 +1,235 @@
+"""FastVectorEnv is a good neighbour to a trainer: it takes no core while the caller computes.
+
+A training loop computes between steps (a policy's forward pass, an update). Workers that
+spin through that time take the cores the trainer's threads need, and an OpenMP runtime's
+idle threads spinning in the caller take the cores the workers need. These tests measure
+the CPU time of the worker processes and the threads of this process.
+"""
+import hashlib
+import os
+import threading
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from fastvec import FastVectorEnv
+from fastvec.vector import _sync
+from fastvec.vector._openmp import OpenMPRelease, loaded_runtimes
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads CPU times from /proc")
+
+
+def _cpu_seconds(pid, tid=None) -> float:
+    """CPU time of a process (or one of its threads) so far, from /proc (ns where the kernel keeps it)."""
+    base = f"/proc/{pid}" + (f"/task/{tid}" if tid is not None else "")
+    try:
+        with open(f"{base}/schedstat") as f:
+            return int(f.read().split()[0]) * 1e-9
+    except OSError:
+        with open(f"{base}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _workers_cpu(env) -> float:
+    return sum(_cpu_seconds(p.pid) for p in env.processes)
+
+
+def _compute(seconds: float) -> None:
+    """The caller's work between two steps on one thread, as a busy loop."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+class TwoCoreCompute:
+    """The caller's work between two steps on two threads (torch's intra-op threads at its
+    default): the calling thread and a helper thread both hash (hashlib lets go of the GIL
+    for large inputs, so both run at once)."""
+
+    def __init__(self):
+        self._go = threading.Event()
+        self._stop = False
+        self._data = bytes(16 * 1024)
+        self._thread = threading.Thread(target=self._burn, daemon=True)
+        self._thread.start()
+
+    def _burn(self):
+        while not self._stop:
+            self._go.wait()
+            while self._go.is_set() and not self._stop:
+                hashlib.sha256(self._data).digest()
+
+    def __call__(self, seconds: float) -> None:
+        self._go.set()
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            hashlib.sha256(self._data).digest()
+        self._go.clear()
+
+    def close(self):
+        self._stop = True
+        self._go.set()
+        self._thread.join()
+
+
+class QuietEnv(gym.Env):
+    """A step that costs next to nothing and returns no infos: what is left is the waiting."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, step_sleep: float = 0.0):
+        self.step_sleep = step_sleep
+        self._obs = np.zeros(4, np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._obs, {}
+
+    def step(self, action):
+        if self.step_sleep:
+            time.sleep(self.step_sleep)
+        return self._obs, 1.0, False, False, {}
+
+
+def _fns(n, **kwargs):
+    return [lambda: QuietEnv(**kwargs) for _ in range(n)]
+
+
+def test_workers_do_not_spin_while_the_caller_computes_between_steps():
+    """A caller that spends 150 µs on two cores between steps (a policy's forward pass with
+    torch's threads) keeps its cores: the workers block at once after each step. Spinning for
+    the next command, as they do when steps come back to back, would cost about 2 x 150 µs
+    of CPU per step."""
+    think = 150e-6
+    steps = 600
+    compute = TwoCoreCompute()
+    try:
+        with FastVectorEnv(_fns(4), num_workers=2) as env:
+            env.reset(seed=0)
+            actions = np.zeros(4, dtype=np.int64)
+            for _ in range(200):  # back to back first: the workers learn to spin
+                env.step(actions)
+            for _ in range(20):  # the caller starts computing between steps
+                env.step(actions)
+                compute(think)
+            before = _workers_cpu(env)
+            for _ in range(steps):
+                env.step(actions)
+                compute(think)
+            used = _workers_cpu(env) - before
+    finally:
+        compute.close()
+    # Both workers stepping their 2 toy envs and waking up costs some microseconds per step.
+    assert used < 0.5 * steps * think, f"workers used {used * 1e3:.1f} ms of CPU over {steps * think * 1e3:.0f} ms"
+
+
+def test_workers_leave_the_cores_during_a_long_update():
+    """After a run of fast steps, the caller computes for 200 ms (an update): the workers'
+    CPU time over those 200 ms stays under 5 % of it."""
+    with FastVectorEnv(_fns(4), num_workers=2) as env:
+        env.reset(seed=0)
+        actions = np.zeros(4, dtype=np.int64)
+        for _ in range(300):
+            env.step(actions)
+        before = _workers_cpu(env)
+        _compute(0.2)
+        used = _workers_cpu(env) - before
+        env.step(actions)
+    assert used < 0.05 * 0.2, f"workers used {used * 1e3:.1f} ms of CPU during 200 ms of the caller's work"
+
+
+def test_the_caller_publishes_the_time_it_keeps_more_than_one_core_busy_between_steps():
+    """Only time during which the caller keeps more than one core busy counts: computing on
+    one thread, or sleeping, leaves a core to a spinning worker."""
+    compute = TwoCoreCompute()
+    try:
+        with FastVectorEnv(_fns(2), num_workers=2) as env:
+            env.reset(seed=0)
+            actions = np.zeros(2, dtype=np.int64)
+            for _ in range(50):
+                env.step(actions)
+            quick = _sync.read_caller_think(env._pool.ctrl)
+            for _ in range(30):
+                env.step(actions)
+                compute(5e-3)
+            busy = _sync.read_caller_think(env._pool.ctrl)
+            for _ in range(30):  # (the general path, step_async + step_wait, publishes it too)
+                env.step_async(actions)
+                env.step_wait()
+                time.sleep(2e-3)
+            asleep = _sync.read_caller_think(env._pool.ctrl)
+            for _ in range(30):
+                env.step(actions)
+                _compute(2e-3)
+            one_core = _sync.read_caller_think(env._pool.ctrl)
+    finally:
+        compute.close()
+    assert quick < 100e-6, quick
+    assert 1e-3 < busy <= 10e-3, busy  # (a round where the helper thread woke late counts less)
+    assert asleep < 100e-6, asleep
+    assert one_core < 100e-6, one_core
+
+
+# --- the caller's OpenMP threads ---------------------------------------------------------------
+torch = pytest.importorskip("torch", reason="the OpenMP tests use torch's OpenMP runtime")
+
+
+def _openmp_threads_busy(seconds: float) -> float:
+    """CPU time the threads of this process other than the calling one use over ``seconds``
+    while the calling thread sleeps."""
+    me = threading.get_native_id()
+    tids = [int(t) for t in os.listdir("/proc/self/task") if int(t) != me]
+    before = {t: _cpu_seconds("self", t) for t in tids}
+    time.sleep(seconds)
+    used = 0.0
+    for t in tids:
+        try:
+            used += _cpu_seconds("self", t) - before[t]
+        except OSError:  # the thread ended
+            pass
+    return used
+
+
+def _parallel_op():
+    x = torch.ones(4096, 256)
+    (x @ torch.ones(256, 256)).tanh_()
+
+
+@pytest.mark.skipif(torch.get_num_threads() < 2, reason="torch runs one thread here: no OpenMP pool")
+def test_torch_openmp_runtime_is_found():
+    _parallel_op()
+    assert any("libgomp" in path for path in loaded_runtimes()), loaded_runtimes()
+
+
+@pytest.mark.skipif(torch.get_num_threads() < 2, reason="torch runs one thread here: no OpenMP pool")
+@pytest.mark.parametrize("release", [True, False])
+def test_idle_openmp_threads_of_the_trainer_are_released_before_a_long_step(release):
+    """After a parallel op, torch's OpenMP pool threads spin for milliseconds. A step hands
+    them back before the workers start (the envs take 1 ms: the spin outlasts the step),
+    unless ``release_openmp_threads=False``."""
+    _parallel_op()
+    if not any("libgomp" in path for path in loaded_runtimes()):
+        pytest.skip("torch here does not use GNU OpenMP")
+    with FastVectorEnv(_fns(2, step_sleep=1e-3), num_workers=2, release_openmp_threads=release) as env:
+        env.reset(seed=0)
+        actions = np.zeros(2, dtype=np.int64)
+        env.step(actions)
+        # (an op's pool threads do not spin after every op: the largest of a few tries)
+        spin_without_step = max((_parallel_op(), _openmp_threads_busy(2e-3))[1] for _ in range(4))
+        spin_after_step = max((_parallel_op(), env.step(actions), _openmp_threads_busy(2e-3))[2] for _ in range(4))
+    if spin_without_step < 0.5e-3:
+        pytest.skip(f"torch's OpenMP threads do not spin here after an op ({spin_without_step * 1e3:.2f} ms in 2 ms)")
+    if release:
+        assert spin_after_step < 0.2e-3, spin_after_step
+    else:
+        assert spin_after_step > 0.5e-3, spin_after_step
+
+
+def test_release_is_harmless_without_openmp_work():
+    release = OpenMPRelease()
+    release()
+    release()
