@@ -49,8 +49,8 @@ class Args:
     """if toggled, `torch.backends.cudnn.deterministic=True`"""
     device: str = "cpu"
     """torch device for the agent (cpu or cuda)"""
-    threads: int = 1
-    """torch CPU threads (a small MLP is fastest on one)"""
+    threads: int = 0
+    """torch CPU threads; 0 keeps torch's default, as CleanRL's scripts do"""
     backend: str = "fastvec"
     """vector env: `fastvec` (gym.make_vec(..., vectorization_mode="fastvec")) or `sync` (gymnasium's SyncVectorEnv)"""
 
@@ -198,7 +198,8 @@ def main(args: Args) -> dict:
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    torch.set_num_threads(args.threads)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     device = torch.device(args.device)
 
     # env setup

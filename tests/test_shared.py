@@ -527,7 +527,7 @@ def test_close_while_step_pending():
 @pytest.mark.parametrize("pin_workers", [None, True, False])
 def test_pin_workers(pin_workers):
     cpus = sorted(os.sched_getaffinity(0))
-    num_workers = len(cpus)  # with the caller, one process more than CPUs: auto pins
+    num_workers = len(cpus)  # with the caller, one process more than CPUs: None pins
     with FastVectorEnv(toy_fns(num_workers), num_workers=num_workers, pin_workers=pin_workers) as env:
         got = [os.sched_getaffinity(p.pid) for p in env.processes]
     if pin_workers is False:

@@ -127,6 +127,39 @@ def test_workers_do_not_spin_while_the_caller_computes_between_steps():
     assert used < 0.5 * steps * think, f"workers used {used * 1e3:.1f} ms of CPU over {steps * think * 1e3:.0f} ms"
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs CPU affinity and 2 CPUs")
+def test_pinned_workers_leave_their_cpus_while_the_caller_computes_on_more_cores():
+    """By default (more processes than CPUs) workers are pinned while the caller steps back to
+    back, unpinned while it keeps more than one core busy between steps (a pinned worker could
+    not leave a core one of the trainer's threads holds), and pinned again after."""
+    cpus = os.sched_getaffinity(0)
+    num_workers = len(cpus)
+    compute = TwoCoreCompute()
+    try:
+        with FastVectorEnv(_fns(num_workers), num_workers=num_workers) as env:
+            affinity = lambda: [os.sched_getaffinity(p.pid) for p in env.processes]  # noqa: E731
+            env.reset(seed=0)
+            actions = np.zeros(num_workers, dtype=np.int64)
+            for _ in range(50):
+                env.step(actions)
+            tight = affinity()
+            for _ in range(30):
+                env.step(actions)
+                compute(2e-3)
+            env.step(actions)
+            busy = affinity()
+            for _ in range(50):
+                env.step(actions)
+            tight_again = affinity()
+    finally:
+        compute.close()
+    pinned = [{cpu} for cpu in sorted(cpus)]
+    assert tight == pinned
+    assert busy == [cpus] * num_workers
+    assert tight_again == pinned
+
+
 def test_workers_leave_the_cores_during_a_long_update():
     """After a run of fast steps, the caller computes for 200 ms (an update): the workers'
     CPU time over those 200 ms stays under 5 % of it."""

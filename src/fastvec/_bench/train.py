@@ -27,7 +27,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.util
+import json
 import multiprocessing
+import subprocess
+import sys
 import time
 from typing import Any, Callable, Sequence
 
@@ -461,7 +464,7 @@ def _cleanrl_cartpole(envs, quick):
 
 
 def _atari(envs, quick):
-    return AtariRollout(envs, num_steps=16 if quick else 64)
+    return AtariRollout(envs, num_steps=16 if quick else 128)
 
 
 def _sb3(env_id: str, num_envs: int, backend: str, quick: bool):
@@ -533,9 +536,24 @@ def measure(loop: Loop, threads: int, quick: bool, rounds: int, iterations: int,
     return out
 
 
+def measure_in_subprocess(loop_index: int, threads: int, quick: bool, rounds: int, iterations: int,
+                          backends: Sequence[str]) -> dict[str, Sample]:
+    """:func:`measure` in a fresh interpreter, as a user's training script runs: nothing that
+    an earlier loop imported, started or left behind (OpenMP pools, SB3's modules, child
+    processes) is there, and torch's thread count is set before the loop starts."""
+    command = [sys.executable, "-m", "fastvec._bench.train", str(loop_index), str(threads), str(int(quick)),
+               str(rounds), str(iterations), ",".join(backends)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{LOOPS[loop_index].label} at {threads} torch threads failed:\n{done.stderr[-3000:]}")
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    return {name: Sample(**sample) for name, sample in results.items()}
+
+
 def run(quick: bool = False, *, loops: Sequence[Loop] = LOOPS, threads: Sequence[int] | None = None,
         rounds: int | None = None, iterations: int | None = None) -> None:
-    """Print the training-loop table."""
+    """Print the training-loop table (each loop and thread count measured in a fresh interpreter
+    when it is one of :data:`LOOPS`)."""
     rounds = rounds or (1 if quick else 3)
     iterations = iterations or (1 if quick else 2)
     threads = list(threads or dict.fromkeys((DEFAULT_THREADS, 1)))
@@ -548,7 +566,10 @@ def run(quick: bool = False, *, loops: Sequence[Loop] = LOOPS, threads: Sequence
             continue
         backends = [b for b in loop.backends if not (quick and b == "AsyncVectorEnv")]
         for n in threads:
-            results = measure(loop, n, quick, rounds, iterations, backends)
+            if loop in LOOPS:
+                results = measure_in_subprocess(LOOPS.index(loop), n, quick, rounds, iterations, backends)
+            else:
+                results = measure(loop, n, quick, rounds, iterations, backends)
             ref = results[loop.reference].sps
             for name, s in results.items():
                 rows.append([loop.label, n, name, fmt_rate(s.sps), f"{s.sps / ref:.2f}x",
@@ -559,6 +580,19 @@ def run(quick: bool = False, *, loops: Sequence[Loop] = LOOPS, threads: Sequence
                 ["loop", "torch threads", "backend", "SPS", "vs first", "step", "policy + rest", "update"], rows)
     print(f"\n'vs first': against the loop's first backend (SyncVectorEnv / DummyVecEnv). {BOUND}: the same loop "
           "on recorded env outputs (a vector env that costs nothing). Shares: of the loop's wall time. "
-          "FastVectorEnv / FastVecEnv with default arguments.")
+          "FastVectorEnv / FastVecEnv with default arguments. Each loop and thread count runs in a fresh "
+          "interpreter, its backends taking turns round by round; medians of the rounds.")
     for line in skipped:
         print(line)
+
+
+def _main(argv: Sequence[str]) -> None:
+    """``python -m fastvec._bench.train LOOP THREADS QUICK ROUNDS ITERATIONS BACKENDS``: one
+    :func:`measure`, printed as a JSON line (what :func:`measure_in_subprocess` reads)."""
+    loop_index, threads, quick, rounds, iterations = (int(a) for a in argv[:5])
+    results = measure(LOOPS[loop_index], threads, bool(quick), rounds, iterations, argv[5].split(","))
+    print(json.dumps({name: dataclasses.asdict(sample) for name, sample in results.items()}))
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])

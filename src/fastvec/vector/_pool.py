@@ -36,6 +36,9 @@ _OK, _MESSAGE, _CALL_ERROR, _INFOS = Status.OK, Status.MESSAGE, Status.CALL_ERRO
 _INFOS_BIT = 1 << Status.INFOS
 # The longest the caller spins (yielding) for the last worker before it blocks (see wait).
 MAX_TAIL_SPIN_S = 1e-3
+# A caller back within this time of a step's results ran no OpenMP parallel region since the
+# last release worth a C call per step (a tight stepping loop): no release then.
+MIN_THINK_FOR_RELEASE_S = 30e-6
 # Commands shorter than this on average are waited for by spinning (yielding) from the start.
 SHORT_WAIT_S = 200e-6
 
@@ -130,7 +133,7 @@ class WorkerPool:
                     target=worker_main,
                     name=f"Worker<FastVectorEnv>-{w}",
                     args=(w, fns, self.starts[w], child_pipe, parent_pipe, parent_pid,
-                          self._autoreset_mode, spin_s, cpus[w]),
+                          self._autoreset_mode, spin_s, cpus[w], pin_workers is None),
                     daemon=daemon,
                 )
                 self._pipes.append(parent_pipe)
@@ -148,7 +151,8 @@ class WorkerPool:
                     child_pipe.close()
 
     def _worker_cpus(self, pin: bool | None) -> list:
-        """The CPU each worker is pinned to (None: not pinned), see FastVectorEnv's ``pin_workers``."""
+        """The CPU each worker is pinned to (None: not pinned), see FastVectorEnv's ``pin_workers``
+        (with None, the worker leaves its CPU while the caller keeps more than one core busy)."""
         cpus = sorted(usable_cpus())
         processes = self.num_workers + (0 if self.step_in_caller else 1)
         if pin is None:
@@ -323,14 +327,15 @@ class WorkerPool:
         each (tens of microseconds on a virtual machine): only the time during which the
         caller's threads used more than ~1.5 cores (torch's intra-op threads, an OpenMP
         runtime's spinning threads) counts."""
-        if self._last_done is not None:
-            wall = now - self._last_done
+        wall = None if self._last_done is None else now - self._last_done
+        if wall is not None:
             busy_cores = (time.process_time() - self._last_done_cpu) / wall if wall > 0 else 0.0
             # (capped: one long pause, an update between rollouts, counts as long, not as forever)
             think = min(wall, 0.01) if busy_cores > 1.5 else 0.0
             self._think_mean += 0.25 * (think - self._think_mean)
             _sync.publish_caller_think(self.ctrl, self._think_mean)
-        self.release_trainer_threads()
+        if wall is None or wall >= MIN_THINK_FOR_RELEASE_S:
+            self.release_trainer_threads()
 
     def release_trainer_threads(self) -> None:
         """Before a step's commands go out: hand back the idle threads of the caller's OpenMP

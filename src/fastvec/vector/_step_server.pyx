@@ -36,11 +36,14 @@ cdef class StepServer:
         think_window_s: the longest time between steps the caller may spend for the worker
             to spin for the next command; a caller that spends longer (see the shared word
             CALLER_THINK_US) gets the cores while it computes.
+        on_caller_busy: called with True when the caller starts spending longer than that,
+            with False when it stops (the worker's CPU affinity follows it); None: nothing.
     """
     cdef cnp.ndarray ctrl_arr, codes_arr
     cdef uint32_t *ctrl
     cdef Py_ssize_t worker, workers
-    cdef object loop, action_view, view
+    cdef object loop, action_view, view, on_caller_busy
+    cdef bint caller_busy
     cdef uint32_t view_code
     cdef bint copy_actions
     cdef double spin_s, max_spin_s, think_window_s
@@ -50,7 +53,7 @@ cdef class StepServer:
 
     def __init__(self, cnp.ndarray ctrl not None, Py_ssize_t worker, object loop not None,
                  cnp.ndarray action_codes not None, object action_view, double spin_s, double max_spin_s,
-                 double think_window_s):
+                 double think_window_s, object on_caller_busy=None):
         self.ctrl = _sync.worker_words(ctrl, worker, &self.workers)
         if (cnp.PyArray_TYPE(action_codes) != cnp.NPY_UINT32 or cnp.PyArray_NDIM(action_codes) != 1
                 or cnp.PyArray_DIMS(action_codes)[0] < 1 or not cnp.PyArray_IS_C_CONTIGUOUS(action_codes)):
@@ -64,6 +67,8 @@ cdef class StepServer:
         self.spin_s = spin_s
         self.max_spin_s = max_spin_s
         self.think_window_s = think_window_s
+        self.on_caller_busy = on_caller_busy
+        self.caller_busy = False
         self.gap = spin_s
         self.seq = 0
 
@@ -76,7 +81,7 @@ cdef class StepServer:
         An env's exception propagates, with :attr:`stepping` True.
         """
         cdef double start, spin
-        cdef bint got
+        cdef bint got, busy
         cdef uint32_t command, code
         cdef int status
         self.stepping = False
@@ -88,7 +93,12 @@ cdef class StepServer:
             # policy's forward pass, an update) needs every core for that: block at once.
             # (The caller measures its own time between steps: a gap measured here would
             # include the wake-ups, and blocking would then feed itself.)
-            if _sync.caller_think(self.ctrl, self.workers) < self.think_window_s:
+            busy = _sync.caller_think(self.ctrl, self.workers) >= self.think_window_s
+            if busy != self.caller_busy:
+                self.caller_busy = busy
+                if self.on_caller_busy is not None:
+                    self.on_caller_busy(busy)
+            if not busy:
                 spin = min(2.0 * self.gap + self.spin_s, self.max_spin_s) if self.gap < self.max_spin_s else self.spin_s
             else:
                 spin = 0.0

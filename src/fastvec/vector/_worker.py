@@ -284,16 +284,24 @@ def error_report(exc: BaseException, env_index: int | None, phase: str) -> tuple
 
 
 def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: int,
-                autoreset_mode: AutoresetMode, spin_s: float, cpu: int | None = None) -> None:
+                autoreset_mode: AutoresetMode, spin_s: float, cpu: int | None = None,
+                unpin_for_busy_caller: bool = False) -> None:
     """Entry point of a worker process (see FastVectorEnv for the protocol); ``cpu``: the
-    CPU to pin it to (None: not pinned)."""
+    CPU to pin it to (None: not pinned); ``unpin_for_busy_caller``: leave that CPU while the
+    caller keeps more than one core busy between steps, and come back once it no longer does
+    (FastVectorEnv's ``pin_workers=None``)."""
     # Ctrl-C goes to the whole process group; the caller decides what happens.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    follow_caller = None
     if cpu is not None:
         try:
+            every_cpu = os.sched_getaffinity(0)
             os.sched_setaffinity(0, {cpu})
         except (AttributeError, OSError):  # pragma: no cover - no affinity on this platform
             pass
+        else:
+            if unpin_for_busy_caller:
+                follow_caller = functools.partial(_follow_caller, {cpu}, every_cpu)
     parent_alive = _parent_watch(parent_pid)
     if parent_pipe is not None:
         parent_pipe.close()
@@ -316,7 +324,7 @@ def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: 
         buffer = SharedBuffer(sections, size, fd=receive(pipe))
         worker = _Worker(index, envs, first, autoreset_mode, buffer, obs_layout, act_layout)
         _protocol.send(pipe, ("ready",))
-        _serve(worker, buffer["ctrl"], pipe, spin_s, parent_alive)
+        _serve(worker, buffer["ctrl"], pipe, spin_s, parent_alive, follow_caller)
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the caller went away
     finally:
@@ -330,7 +338,18 @@ def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: 
         pipe.close()
 
 
-def _serve(worker: _Worker, ctrl: np.ndarray, pipe, spin_s: float, parent_alive: Callable[[], bool]) -> None:
+def _follow_caller(pinned: set, every_cpu: set, caller_busy: bool) -> None:
+    """Leave the worker's CPU while the caller keeps more than one core busy between steps (a
+    pinned worker cannot move off a core one of the trainer's threads holds), and come back
+    to it once it no longer does (pinned, a tight stepping loop's workers never share a core)."""
+    try:
+        os.sched_setaffinity(0, every_cpu if caller_busy else pinned)
+    except OSError:  # pragma: no cover - the CPU went offline
+        pass
+
+
+def _serve(worker: _Worker, ctrl: np.ndarray, pipe, spin_s: float, parent_alive: Callable[[], bool],
+           on_caller_busy: Callable[[bool], None] | None = None) -> None:
     """The worker's command loop: serve commands until CLOSE, a fatal error, or the parent's death.
 
     A :class:`StepServer` takes every command and runs the plain steps itself; what it
@@ -341,7 +360,7 @@ def _serve(worker: _Worker, ctrl: np.ndarray, pipe, spin_s: float, parent_alive:
     index = worker.index
     # Takes every command, and runs the plain steps itself (compiled); the rest come here.
     server = StepServer(ctrl, index, worker.env_loop, worker.act_codes, worker.slab_action_view(), spin_s,
-                        MAX_SPIN_S, THINK_WINDOW_S)
+                        MAX_SPIN_S, THINK_WINDOW_S, on_caller_busy)
     while True:
         phase = "step"
         try:

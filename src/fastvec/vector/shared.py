@@ -121,10 +121,14 @@ class FastVectorEnv(VectorEnv):
             caller keeps at most one core busy between steps; a caller that computes on
             more (torch's intra-op threads) gets every core: workers then block at once.
             The caller spins through steps shorter than 200 µs on average.
-        pin_workers: pin worker w to the w-th usable CPU. Default ``False``: a pinned
-            worker cannot move off a core that a trainer's thread is using, and steps
-            there at a fraction of its speed. ``None`` (the earlier default) pins only
-            when the processes outnumber the usable CPUs.
+        pin_workers: pin worker w to the w-th usable CPU. Default (None): only when the
+            processes outnumber the usable CPUs (2 workers and the caller on 2 cores), and
+            only while the caller steps back to back or computes on one core between
+            steps: every process is then always runnable, and two workers that happened to
+            share a core would step at half speed. While the caller keeps more than one core
+            busy between steps (torch's threads) the workers leave their CPUs: a pinned
+            worker cannot move off a core that a trainer's thread holds. ``False`` never
+            pins, ``True`` always does.
         release_openmp_threads: before each step, hand back the idle threads of the
             calling process's GNU OpenMP runtimes (torch's on Linux) with OpenMP 5's
             ``omp_pause_resource_all``. They otherwise spin for milliseconds after each
@@ -160,7 +164,7 @@ class FastVectorEnv(VectorEnv):
         step_in_caller: bool = False,
         worker_spin_us: float = 50.0,
         parent_spin_us: float = 20.0,
-        pin_workers: bool | None = False,
+        pin_workers: bool | None = None,
         release_openmp_threads: bool = True,
     ) -> None:
         if sys.platform == "win32":

@@ -1,0 +1,55 @@
+"""The `train` bench section's machinery, on its cheapest loop (needs torch)."""
+import dataclasses
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+pytest.importorskip("torch", reason="the train bench needs torch (pip install torch==2.13.0)")
+
+from fastvec._bench import train  # noqa: E402
+
+
+def _rows(out: str) -> list[list[str]]:
+    return [[c.strip() for c in line.strip("|").split("|")] for line in out.splitlines() if line.startswith("| ")]
+
+
+def test_table_has_every_backend_the_bound_and_both_thread_counts(capsys):
+    loop = next(loop for loop in train.LOOPS if "CartPole" in loop.label and "CleanRL" in loop.label)
+    train.run(quick=True, loops=[loop], threads=[2, 1], rounds=1, iterations=1)
+    out = capsys.readouterr().out
+    header, *rows = _rows(out)
+    assert header == ["loop", "torch threads", "backend", "SPS", "vs first", "step", "policy + rest", "update"]
+    expected = [b for b in loop.backends if b != "AsyncVectorEnv"] + [train.BOUND]  # (quick: no Async)
+    assert [(r[1], r[2]) for r in rows] == [(t, b) for t in ("2", "1") for b in expected]
+    for row in rows:
+        assert row[0] == loop.label
+        assert float(row[3].rstrip("k")) > 0
+        shares = [int(c.rstrip(" %")) for c in row[5:]]
+        assert all(0 <= s <= 100 for s in shares), row
+    bound = [r for r in rows if r[2] == train.BOUND]
+    assert all(r[5] == "0 %" for r in bound)  # no time in step: nothing is stepped
+
+
+def test_a_loop_whose_extra_is_missing_is_skipped_and_said(capsys):
+    loop = dataclasses.replace(train.LOOPS[1], label="needs a module", needs=("no_such_module_here",))
+    train.run(quick=True, loops=[loop], threads=[1])
+    out = capsys.readouterr().out
+    assert "needs a module: skipped, needs no_such_module_here" in out
+    assert _rows(out)[1:] == []
+
+
+def test_replay_returns_the_recorded_steps_in_turn_whatever_the_actions():
+    source = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 3)
+    replay = train.ReplayVectorEnv(source, 5)
+    reference = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 3)
+    obs, _ = reference.reset(seed=0)
+    assert np.array_equal(replay.reset(seed=123)[0], obs)
+    reference.action_space.seed(0)
+    expected = [reference.step(reference.action_space.sample()) for _ in range(5)]
+    for k in range(12):
+        got = replay.step(np.zeros(3, dtype=np.int64))
+        want = expected[k % 5]
+        assert all(np.array_equal(a, b) for a, b in zip(got[:4], want[:4])), k
+    source.close()
+    reference.close()
