@@ -16,6 +16,7 @@ import pytest
 
 from fastvec import FastVectorEnv
 from fastvec.vector import _sync
+from fastvec.vector._protocol import Word
 from fastvec.vector._openmp import OpenMPRelease, loaded_runtimes
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads CPU times from /proc")
@@ -45,12 +46,12 @@ def _compute(seconds: float) -> None:
 
 
 class TwoCoreCompute:
-    """The caller's work between two steps on two threads (torch's intra-op threads at its
-    default): the calling thread and a helper thread both hash (hashlib lets go of the GIL
-    for large inputs, so both run at once)."""
+    """The caller's work between two steps on two threads, as torch at its default threads
+    (an intra-op thread that keeps spinning between ops): a helper thread hashes from
+    construction to ``close()``, and each call hashes on the calling thread for ``seconds``
+    (hashlib lets go of the GIL for large inputs, so both threads run at once)."""
 
     def __init__(self):
-        self._go = threading.Event()
         self._stop = False
         self._data = bytes(16 * 1024)
         self._thread = threading.Thread(target=self._burn, daemon=True)
@@ -58,20 +59,15 @@ class TwoCoreCompute:
 
     def _burn(self):
         while not self._stop:
-            self._go.wait()
-            while self._go.is_set() and not self._stop:
-                hashlib.sha256(self._data).digest()
+            hashlib.sha256(self._data).digest()
 
     def __call__(self, seconds: float) -> None:
-        self._go.set()
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
             hashlib.sha256(self._data).digest()
-        self._go.clear()
 
     def close(self):
         self._stop = True
-        self._go.set()
         self._thread.join()
 
 
@@ -101,11 +97,11 @@ def _fns(n, **kwargs):
 
 def test_workers_do_not_spin_while_the_caller_computes_between_steps():
     """A caller that spends 150 µs on two cores between steps (a policy's forward pass with
-    torch's threads) keeps its cores: the workers block at once after each step. Spinning for
-    the next command, as they do when steps come back to back, would cost about 2 x 150 µs
-    of CPU per step."""
-    think = 150e-6
-    steps = 600
+    torch's threads) keeps its cores: the workers block at once after each step. Checked 100 µs
+    into the caller's work: each worker must be asleep on its futex by then (its
+    WORKER_SLEEPING word set), where spinning for the next command, as workers do when steps
+    come back to back, would keep them awake for up to 200 µs (the previous policy)."""
+    think, probe_at, steps = 150e-6, 100e-6, 300
     compute = TwoCoreCompute()
     try:
         with FastVectorEnv(_fns(4), num_workers=2) as env:
@@ -116,15 +112,17 @@ def test_workers_do_not_spin_while_the_caller_computes_between_steps():
             for _ in range(20):  # the caller starts computing between steps
                 env.step(actions)
                 compute(think)
-            before = _workers_cpu(env)
+            ctrl = env._pool.ctrl
+            asleep = 0
             for _ in range(steps):
                 env.step(actions)
-                compute(think)
-            used = _workers_cpu(env) - before
+                compute(probe_at)
+                asleep += all(ctrl[w, Word.WORKER_SLEEPING] for w in range(env.num_workers))
+                compute(think - probe_at)
     finally:
         compute.close()
-    # Both workers stepping their 2 toy envs and waking up costs some microseconds per step.
-    assert used < 0.5 * steps * think, f"workers used {used * 1e3:.1f} ms of CPU over {steps * think * 1e3:.0f} ms"
+    # (a worker the machine has not yet run since its step ended has not gone to sleep either)
+    assert asleep > 0.5 * steps, f"both workers asleep 100 µs into the caller's work in {asleep} of {steps} steps"
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
@@ -135,25 +133,25 @@ def test_pinned_workers_leave_their_cpus_while_the_caller_computes_on_more_cores
     not leave a core one of the trainer's threads holds), and pinned again after."""
     cpus = os.sched_getaffinity(0)
     num_workers = len(cpus)
-    compute = TwoCoreCompute()
-    try:
-        with FastVectorEnv(_fns(num_workers), num_workers=num_workers) as env:
-            affinity = lambda: [os.sched_getaffinity(p.pid) for p in env.processes]  # noqa: E731
-            env.reset(seed=0)
-            actions = np.zeros(num_workers, dtype=np.int64)
-            for _ in range(50):
-                env.step(actions)
-            tight = affinity()
+    with FastVectorEnv(_fns(num_workers), num_workers=num_workers) as env:
+        affinity = lambda: [os.sched_getaffinity(p.pid) for p in env.processes]  # noqa: E731
+        env.reset(seed=0)
+        actions = np.zeros(num_workers, dtype=np.int64)
+        for _ in range(50):
+            env.step(actions)
+        tight = affinity()
+        compute = TwoCoreCompute()
+        try:
             for _ in range(30):
                 env.step(actions)
                 compute(2e-3)
             env.step(actions)
             busy = affinity()
-            for _ in range(50):
-                env.step(actions)
-            tight_again = affinity()
-    finally:
-        compute.close()
+        finally:
+            compute.close()
+        for _ in range(50):
+            env.step(actions)
+        tight_again = affinity()
     pinned = [{cpu} for cpu in sorted(cpus)]
     assert tight == pinned
     assert busy == [cpus] * num_workers
@@ -178,37 +176,42 @@ def test_workers_leave_the_cores_during_a_long_update():
 def test_the_caller_publishes_the_time_it_keeps_more_than_one_core_busy_between_steps():
     """Only time during which the caller keeps more than one core busy counts: computing on
     one thread, or sleeping, leaves a core to a spinning worker."""
-    compute = TwoCoreCompute()
-    try:
-        with FastVectorEnv(_fns(2), num_workers=2) as env:
-            env.reset(seed=0)
-            actions = np.zeros(2, dtype=np.int64)
-            for _ in range(50):
-                env.step(actions)
-            quick = _sync.read_caller_think(env._pool.ctrl)
+    with FastVectorEnv(_fns(2), num_workers=2) as env:
+        env.reset(seed=0)
+        actions = np.zeros(2, dtype=np.int64)
+        for _ in range(50):
+            env.step(actions)
+        quick = _sync.read_caller_think(env._pool.ctrl)
+        compute = TwoCoreCompute()
+        try:
             for _ in range(30):
                 env.step(actions)
                 compute(5e-3)
             busy = _sync.read_caller_think(env._pool.ctrl)
-            for _ in range(30):  # (the general path, step_async + step_wait, publishes it too)
-                env.step_async(actions)
-                env.step_wait()
-                time.sleep(2e-3)
-            asleep = _sync.read_caller_think(env._pool.ctrl)
-            for _ in range(30):
-                env.step(actions)
-                _compute(2e-3)
-            one_core = _sync.read_caller_think(env._pool.ctrl)
-    finally:
-        compute.close()
+        finally:
+            compute.close()
+        for _ in range(30):  # (the general path, step_async + step_wait, publishes it too)
+            env.step_async(actions)
+            env.step_wait()
+            time.sleep(2e-3)
+        asleep = _sync.read_caller_think(env._pool.ctrl)
+        for _ in range(30):
+            env.step(actions)
+            _compute(2e-3)
+        one_core = _sync.read_caller_think(env._pool.ctrl)
     assert quick < 100e-6, quick
-    assert 1e-3 < busy <= 10e-3, busy  # (a round where the helper thread woke late counts less)
+    assert 1e-3 < busy <= 10e-3, busy
     assert asleep < 100e-6, asleep
     assert one_core < 100e-6, one_core
 
 
 # --- the caller's OpenMP threads ---------------------------------------------------------------
-torch = pytest.importorskip("torch", reason="the OpenMP tests use torch's OpenMP runtime")
+try:
+    import torch
+except ImportError:  # the torch extra is not installed: the tests below skip
+    torch = None
+needs_torch_threads = pytest.mark.skipif(torch is None or torch.get_num_threads() < 2,
+                                         reason="needs torch running 2 or more threads (an OpenMP pool)")
 
 
 def _openmp_threads_busy(seconds: float) -> float:
@@ -232,13 +235,13 @@ def _parallel_op():
     (x @ torch.ones(256, 256)).tanh_()
 
 
-@pytest.mark.skipif(torch.get_num_threads() < 2, reason="torch runs one thread here: no OpenMP pool")
+@needs_torch_threads
 def test_torch_openmp_runtime_is_found():
     _parallel_op()
     assert any("libgomp" in path for path in loaded_runtimes()), loaded_runtimes()
 
 
-@pytest.mark.skipif(torch.get_num_threads() < 2, reason="torch runs one thread here: no OpenMP pool")
+@needs_torch_threads
 @pytest.mark.parametrize("release", [True, False])
 def test_idle_openmp_threads_of_the_trainer_are_released_before_a_long_step(release):
     """After a parallel op, torch's OpenMP pool threads spin for milliseconds. A step hands
