@@ -6,9 +6,7 @@ wheels) for about 300,000 pause instructions when ``OMP_WAIT_POLICY`` is unset, 
 Intel's runtimes for ``KMP_BLOCKTIME`` (200 ms). With torch at its default threads a
 convolution or an update runs on every core, and its idle thread then spins for
 milliseconds on a core, while the vector step the trainer waits for needs every core for
-the workers. Measured on 2 cores with Pong x8 and a Nature-CNN forward pass before each
-step: 5-7 ms of spinning after each forward pass, and the workers' vector step took
-3.7-4.2 ms instead of 2.2 ms (``docs/benchmarks.md``).
+the workers (measurements: ``docs/benchmarks.md``, the ``train`` section).
 
 OpenMP 5.0's ``omp_pause_resource_all(omp_pause_soft)`` hands those threads back. In
 libgomp it ends the pool of the calling thread only, at once when its threads are idle,

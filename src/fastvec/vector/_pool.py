@@ -317,16 +317,17 @@ class WorkerPool:
         self._wait_mean += 0.125 * (min(now - started, 4 * MAX_TAIL_SPIN_S) - self._wait_mean)
 
     def step_started(self, now: float) -> None:
-        """A step's commands are about to go out at ``now``: publish how long the caller spends
+        """A step's commands are about to go out at ``now``. Publish how long the caller spends
         between steps keeping more than one core busy, so that workers waiting for the next
-        step spin only while that is short (StepServer.serve), and hand the trainer's idle
-        OpenMP threads back (:meth:`release_trainer_threads`).
+        step spin only while that is short (StepServer.serve); then hand back the idle
+        threads of the caller's OpenMP runtimes (:mod:`fastvec.vector._openmp`), which
+        would otherwise spin on the cores the workers are about to need.
 
-        A caller computing on one thread (a small policy's forward pass) leaves the other
-        cores free, and workers spinning on them cost it nothing while sparing a wake-up
-        each (tens of microseconds on a virtual machine): only the time during which the
-        caller's threads used more than ~1.5 cores (torch's intra-op threads, an OpenMP
-        runtime's spinning threads) counts."""
+        Only time on more than ~1.5 cores counts: a caller computing on one thread (a small
+        policy's forward pass) leaves a core free, and a worker spinning there costs it
+        nothing while sparing a wake-up. The release comes before the hand-off because an
+        OpenMP thread that has to share a core with a stepping worker can take milliseconds
+        to leave, and the caller waits for it (``docs/vector.md``)."""
         wall = None if self._last_done is None else now - self._last_done
         if wall is not None:
             busy_cores = (time.process_time() - self._last_done_cpu) / wall if wall > 0 else 0.0
@@ -334,21 +335,7 @@ class WorkerPool:
             think = min(wall, 0.01) if busy_cores > 1.5 else 0.0
             self._think_mean += 0.25 * (think - self._think_mean)
             _sync.publish_caller_think(self.ctrl, self._think_mean)
-        if wall is None or wall >= MIN_THINK_FOR_RELEASE_S:
-            self.release_trainer_threads()
-
-    def release_trainer_threads(self) -> None:
-        """Before a step's commands go out: hand back the idle threads of the caller's OpenMP
-        runtimes (:mod:`fastvec.vector._openmp`), which would otherwise spin on the cores the
-        workers need. Even a CartPole-sized policy's forward pass can leave torch's pool
-        thread spinning through every step: measured in a CleanRL-style CartPole x8 loop,
-        it burnt 3.4 s of CPU in 3.8 s, and the loop took 3.8 s instead of 1.05 s. The
-        release costs about 40 µs when a pool is there (none when not), and the next
-        parallel region about as much to start its threads again. Before the hand-off, not
-        after: a pool thread that has to share a core with a stepping worker can take
-        milliseconds to leave, and the caller waits for it (on Pong x8: 45 µs median, 2.2 ms
-        at the 90th percentile when released after the hand-off)."""
-        if self._release_openmp is not None:
+        if self._release_openmp is not None and (wall is None or wall >= MIN_THINK_FOR_RELEASE_S):
             self._release_openmp()
 
     def tail_spin_s(self) -> float:
