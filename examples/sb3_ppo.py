@@ -59,7 +59,7 @@ def make_env(backend: str, env_id: str, num_envs: int):
                                vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}))
 
 
-def train(backend: str, seed: int, target: float, budget: int) -> dict:
+def train(backend: str, seed: int, target: float, budget: int, threads: int = 0) -> dict:
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
@@ -69,7 +69,8 @@ def train(backend: str, seed: int, target: float, budget: int) -> dict:
             returns = [ep["r"] for ep in self.model.ep_info_buffer][-20:]
             return not (len(returns) == 20 and np.mean(returns) >= target)
 
-    torch.set_num_threads(1)
+    if threads > 0:  # 0: torch's default, as SB3's users run it
+        torch.set_num_threads(threads)
     env = make_env(backend, "CartPole-v1", 8)
     # rl-zoo hyper-parameters for CartPole-v1
     model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
@@ -193,6 +194,7 @@ if __name__ == "__main__":
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--target", type=float, default=475.0)
     parser.add_argument("--budget", type=int, default=100_000, help="rl-zoo's n_timesteps")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads; 0 keeps torch's default")
     parser.add_argument("--overhead", action="store_true", help="measure per-step overhead instead of training")
     cli = parser.parse_args()
     if cli.overhead:
@@ -203,6 +205,6 @@ if __name__ == "__main__":
         for n in (8, 64, 256):
             adapter_cost(n)
     else:
-        r = train(cli.backend, cli.seed, cli.target, cli.budget)
+        r = train(cli.backend, cli.seed, cli.target, cli.budget, cli.threads)
         print(f"{r['backend']}: mean return {r['mean_return']:.1f} after {r['steps']} steps, "
               f"{r['seconds']:.1f} s ({r['sps']:.0f} SPS)")

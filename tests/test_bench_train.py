@@ -53,3 +53,36 @@ def test_replay_returns_the_recorded_steps_in_turn_whatever_the_actions():
         assert all(np.array_equal(a, b) for a, b in zip(got[:4], want[:4])), k
     source.close()
     reference.close()
+
+
+def test_overlapped_rollout_steps_each_env_as_lockstep_stepping_does():
+    from fastvec import FastVectorEnv
+
+    n, steps = 4, 40
+    actions = np.random.default_rng(0).integers(0, 2, (steps, n))
+    fast = FastVectorEnv([lambda: gym.make("CartPole-v1")] * n, num_workers=2, batch_size=n // 2)
+    reference = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * n)
+    got = {key: np.zeros((steps, n)) for key in ("reward", "terminated", "truncated")}
+    got["obs"] = np.zeros((steps, n, 4), np.float32)
+    asked = []
+
+    def act(rows, t):
+        asked.append((rows.start, t))
+        return actions[t, rows]
+
+    def store(rows, t, out):
+        for key, value in zip(("obs", "reward", "terminated", "truncated"), out[:4]):
+            got[key][t, rows] = value
+
+    try:
+        fast.reset(seed=3)
+        train.overlapped_rollout(fast, steps, act, store)
+        reference.reset(seed=3)
+        for t in range(steps):
+            want = reference.step(actions[t])
+            for key, value in zip(("obs", "reward", "terminated", "truncated"), want[:4]):
+                assert np.array_equal(got[key][t], value), (key, t)
+        assert sorted(asked) == [(start, t) for start in (0, n // 2) for t in range(steps)]
+    finally:
+        fast.close()
+        reference.close()

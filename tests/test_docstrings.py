@@ -22,6 +22,7 @@ MODULES = [
     "fastvec.replay.sum_tree",
     "fastvec.spaces",
     "fastvec.torch.cartpole",
+    "fastvec.vector._advice",
     "fastvec.vector._openmp",
     "fastvec.vector.native",
     "fastvec.vector.shared",

@@ -16,6 +16,11 @@ in the machine's speed does not land on one backend only):
 - **Pong x8 + Nature CNN**: Pong with the standard preprocessing (``_bench.envs.make_pong``)
   and the Nature-CNN policy's forward pass before every step, as a PPO or DQN rollout does.
 
+The HalfCheetah and Pong loops also run on ``FastVectorEnv, halves``: ``send``/``recv`` with
+``batch_size = num_envs // 2``, the policy acting on one half while the other half steps
+(:func:`overlapped_rollout`), to measure what overlap gains over lockstep (left out of
+``--quick``).
+
 Columns: SPS (env transitions per second of the whole loop), the share of the wall time
 spent in the vector env's ``step``, in the rest of the rollout (the policy, the buffers) and
 in the update, and the **env-free bound**: the same loop with the vector env replaced by one
@@ -52,6 +57,9 @@ from fastvec.vector.shared import FastVectorEnv
 #: torch's own choice of intra-op threads in this process, before anything changed it
 DEFAULT_THREADS = torch.get_num_threads()
 GYM_BACKENDS = ("SyncVectorEnv", "AsyncVectorEnv", "FastVectorEnv")
+#: FastVectorEnv stepping half the envs while the policy acts on the other half (send/recv,
+#: ``batch_size = num_envs // 2``): the overlap a lockstep loop gives up
+HALVES = "FastVectorEnv, halves"
 SB3_BACKENDS = ("DummyVecEnv", "SubprocVecEnv", "FastVecEnv")
 BOUND = "env-free bound"
 
@@ -95,11 +103,13 @@ def gym_backend(name: str, make: Callable[[], gym.Env], num_envs: int):
         return gym.vector.AsyncVectorEnv(fns, autoreset_mode=mode)
     if name == "FastVectorEnv":
         return FastVectorEnv(fns, autoreset_mode=mode)
-    raise ValueError(f"unknown backend {name!r}; expected one of {GYM_BACKENDS}")
+    if name == HALVES:
+        return FastVectorEnv(fns, autoreset_mode=mode, num_workers=2, batch_size=num_envs // 2)
+    raise ValueError(f"unknown backend {name!r}; expected one of {GYM_BACKENDS + (HALVES,)}")
 
 
 class TimedVectorEnv(gym.vector.VectorWrapper):
-    """Adds up the wall time spent in the wrapped vector env's ``step``."""
+    """Adds up the wall time spent in the wrapped vector env's ``step`` (and ``send``/``recv``)."""
 
     def __init__(self, env):
         super().__init__(env)
@@ -110,6 +120,42 @@ class TimedVectorEnv(gym.vector.VectorWrapper):
         out = self.env.step(actions)
         self.step_s += time.perf_counter() - start
         return out
+
+    def send(self, actions, env_ids):
+        start = time.perf_counter()
+        self.env.send(actions, env_ids)
+        self.step_s += time.perf_counter() - start
+
+    def recv(self):
+        start = time.perf_counter()
+        out = self.env.recv()
+        self.step_s += time.perf_counter() - start
+        return out
+
+
+def overlapped_rollout(envs, num_steps: int, act: Callable[[slice, int], np.ndarray],
+                       store: Callable[[slice, int, tuple], None]) -> None:
+    """``num_steps`` steps of every env, two halves in flight: the policy acts on the half that
+    ``recv`` returned while the other half steps. ``act(rows, t)`` returns the actions of
+    ``rows`` for their step ``t``; ``store(rows, t, (obs, reward, term, trunc, infos))`` takes
+    that step's results. A half's envs belong to one worker, so they always arrive together."""
+    n = envs.num_envs
+    halves = (slice(0, n // 2), slice(n // 2, n))
+    t_of = {0: 0, n // 2: 0}
+    for rows in halves:
+        envs.send(act(rows, 0), np.arange(rows.start, rows.stop))
+    running = len(halves)
+    while running:
+        out = envs.recv()
+        ids = out[4]["env_id"]
+        rows = slice(int(ids[0]), int(ids[-1]) + 1)
+        t = t_of[rows.start]
+        store(rows, t, out)
+        t_of[rows.start] = t = t + 1
+        if t == num_steps:
+            running -= 1
+        else:
+            envs.send(act(rows, t), ids)
 
 
 class ReplayVectorEnv(gym.vector.VectorEnv):
@@ -201,6 +247,12 @@ class CleanRLPPO:
     def iteration(self) -> int:
         """One rollout and one update; returns the env transitions it made."""
         cfg, envs, agent = self.cfg, self.envs, self.agent
+        if getattr(envs.unwrapped, "batch_size", envs.num_envs) < envs.num_envs:
+            overlapped_rollout(envs, cfg.num_steps, self._act_rows, self._store_rows)
+            start = time.perf_counter()
+            self._update()
+            self.update_s += time.perf_counter() - start
+            return cfg.num_steps * envs.num_envs
         for step in range(cfg.num_steps):
             self.obs[step] = self.next_obs
             self.dones[step] = self.next_done
@@ -217,6 +269,22 @@ class CleanRLPPO:
         self._update()
         self.update_s += time.perf_counter() - start
         return cfg.num_steps * envs.num_envs
+
+    def _act_rows(self, rows: slice, t: int) -> np.ndarray:
+        self.obs[t, rows] = self.next_obs[rows]
+        self.dones[t, rows] = self.next_done[rows]
+        with torch.no_grad():
+            action, logprob, _, value = self.agent.act(self.next_obs[rows])
+            self.values[t, rows] = value.flatten()
+        self.actions[t, rows] = action
+        self.logprobs[t, rows] = logprob
+        return action.cpu().numpy()
+
+    def _store_rows(self, rows: slice, t: int, out: tuple) -> None:
+        next_obs, reward, terminations, truncations, _ = out
+        self.rewards[t, rows] = torch.tensor(reward).view(-1)
+        self.next_obs[rows] = torch.Tensor(next_obs)
+        self.next_done[rows] = torch.Tensor(np.logical_or(terminations, truncations))
 
     def _update(self) -> None:
         cfg, agent = self.cfg, self.agent
@@ -284,6 +352,9 @@ class AtariRollout:
         self.update_s = 0.0
 
     def iteration(self) -> int:
+        if getattr(self.envs.unwrapped, "batch_size", self.envs.num_envs) < self.envs.num_envs:
+            overlapped_rollout(self.envs, self.num_steps, self._act_rows, self._store_rows)
+            return self.num_steps * self.envs.num_envs
         for _ in range(self.num_steps):
             with torch.no_grad():
                 logits, _ = self.net(self.next_obs)
@@ -291,6 +362,14 @@ class AtariRollout:
             obs, _, _, _, _ = self.envs.step(action.numpy())
             self.next_obs = torch.Tensor(obs)
         return self.num_steps * self.envs.num_envs
+
+    def _act_rows(self, rows: slice, t: int) -> np.ndarray:
+        with torch.no_grad():
+            logits, _ = self.net(self.next_obs[rows])
+            return torch.distributions.Categorical(logits=logits).sample().numpy()
+
+    def _store_rows(self, rows: slice, t: int, out: tuple) -> None:
+        self.next_obs[rows] = torch.Tensor(out[0])
 
 
 # --- SB3 --------------------------------------------------------------------------------------
@@ -474,7 +553,7 @@ def _sb3(env_id: str, num_envs: int, backend: str, quick: bool):
 
 
 LOOPS = (
-    Loop("CleanRL PPO, HalfCheetah-v5 x8", GYM_BACKENDS,
+    Loop("CleanRL PPO, HalfCheetah-v5 x8", GYM_BACKENDS + (HALVES,),
          lambda b, q: _gym_loop(make_cleanrl_mujoco, 8, _cleanrl_halfcheetah, b, q), "SyncVectorEnv", ("mujoco",)),
     Loop("CleanRL PPO, CartPole-v1 x8", GYM_BACKENDS,
          lambda b, q: _gym_loop(make_cartpole, 8, _cleanrl_cartpole, b, q), "SyncVectorEnv"),
@@ -482,7 +561,7 @@ LOOPS = (
          ("stable_baselines3", "mujoco")),
     Loop("SB3 PPO, CartPole-v1 x8", SB3_BACKENDS, functools.partial(_sb3, "CartPole-v1", 8), "DummyVecEnv",
          ("stable_baselines3",)),
-    Loop("Pong x8 + Nature-CNN forward", GYM_BACKENDS,
+    Loop("Pong x8 + Nature-CNN forward", GYM_BACKENDS + (HALVES,),
          lambda b, q: _gym_loop(make_pong, 8, _atari, b, q), "SyncVectorEnv", ("ale_py", "cv2")),
 )
 
@@ -564,7 +643,7 @@ def run(quick: bool = False, *, loops: Sequence[Loop] = LOOPS, threads: Sequence
         if why is not None:
             skipped.append(f"{loop.label}: skipped, {why}.")
             continue
-        backends = [b for b in loop.backends if not (quick and b == "AsyncVectorEnv")]
+        backends = [b for b in loop.backends if not (quick and b in ("AsyncVectorEnv", HALVES))]
         for n in threads:
             if loop in LOOPS:
                 results = measure_in_subprocess(LOOPS.index(loop), n, quick, rounds, iterations, backends)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import ctypes
 import sys
 
-__all__ = ["OpenMPRelease", "loaded_runtimes"]
+__all__ = ["OpenMPRelease", "loaded_runtimes", "LLVM_RUNTIME_NAMES"]
 
 # omp_pause_resource_t's value for a soft pause (OpenMP 5.0 §3.2.43): idle threads go,
 # state that a later parallel region needs (thread-private data aside) is kept.
@@ -31,10 +31,13 @@ OMP_PAUSE_SOFT = 1
 # GNU libgomp's file name as it appears in a process's memory map, vendored copies
 # included (torch/lib/libgomp.so.1, fastvec.libs/libgomp-a34b3233.so.1.0.0).
 _RUNTIME_NAME = "libgomp"
+#: LLVM's and Intel's OpenMP runtimes (conda's and MKL builds of torch and numpy load them)
+LLVM_RUNTIME_NAMES = ("libomp", "libiomp5")
 
 
-def loaded_runtimes() -> list[str]:
-    """Paths of the GNU OpenMP runtimes mapped in this process (Linux; elsewhere none are found).
+def loaded_runtimes(names: tuple[str, ...] = (_RUNTIME_NAME,)) -> list[str]:
+    """Paths of the OpenMP runtimes named ``names`` (file name prefixes; default GNU libgomp)
+    mapped in this process (Linux; elsewhere none are found).
 
     Example:
         >>> paths = loaded_runtimes()
@@ -49,7 +52,7 @@ def loaded_runtimes() -> list[str]:
             for line in maps:
                 path = line.rstrip("\n").split(None, 5)[-1]
                 name = path.rsplit("/", 1)[-1]
-                if path.startswith("/") and name.startswith(_RUNTIME_NAME) and ".so" in name and path not in paths:
+                if path.startswith("/") and name.startswith(names) and ".so" in name and path not in paths:
                     paths.append(path)
     except OSError:
         return []

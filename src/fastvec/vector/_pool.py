@@ -25,9 +25,10 @@ from fastvec.errors import RemoteTraceback, WorkerDiedError, WorkerError, annota
 from fastvec.spaces import Layout
 from fastvec.vector import _protocol, _sync
 from fastvec.vector._protocol import LIVENESS_INTERVAL, QUIET_BITS, RECOVERABLE, Command, Status
+from fastvec.vector._advice import warn_slow_settings_once
 from fastvec.vector._openmp import OpenMPRelease
 from fastvec.vector._shared_buffer import Section, SharedBuffer
-from fastvec.vector._worker import _Worker, worker_main
+from fastvec.vector._worker import THINK_WINDOW_S, _Worker, worker_main
 
 # Module aliases of the enum members the per-step path reads: on Python 3.11 every
 # ``SomeEnum.MEMBER`` lookup costs ~0.2 µs.
@@ -39,6 +40,7 @@ MAX_TAIL_SPIN_S = 1e-3
 # A caller back within this time of a step's results ran no OpenMP parallel region since the
 # last release worth a C call per step (a tight stepping loop): no release then.
 MIN_THINK_FOR_RELEASE_S = 30e-6
+MAX_THINK_S = 0.01
 # Commands shorter than this on average are waited for by spinning (yielding) from the start.
 SHORT_WAIT_S = 200e-6
 
@@ -86,6 +88,8 @@ class WorkerPool:
         self._parent_spin_s = parent_spin_s
         self._wait_mean = parent_spin_s  # how long commands took, a running mean (see _wait_until_done)
         self._release_openmp = OpenMPRelease() if release_openmp_threads else None
+        # Checked for settings bound to be slow once the caller is first seen busy (_advice)
+        self._settings = {"pin_workers": pin_workers, "release_openmp_threads": release_openmp_threads}
         # The caller's time between a step's results and its next step while it keeps more
         # than one core busy, a running mean published to the workers (see step_started);
         # _last_done is None until a first step has ended.
@@ -332,9 +336,12 @@ class WorkerPool:
         if wall is not None:
             busy_cores = (time.process_time() - self._last_done_cpu) / wall if wall > 0 else 0.0
             # (capped: one long pause, an update between rollouts, counts as long, not as forever)
-            think = min(wall, 0.01) if busy_cores > 1.5 else 0.0
+            think = min(wall, MAX_THINK_S) if busy_cores > 1.5 else 0.0
             self._think_mean += 0.25 * (think - self._think_mean)
             _sync.publish_caller_think(self.ctrl, self._think_mean)
+            if self._settings is not None and self._think_mean >= THINK_WINDOW_S:
+                warn_slow_settings_once(**self._settings)
+                self._settings = None
         if self._release_openmp is not None and (wall is None or wall >= MIN_THINK_FOR_RELEASE_S):
             self._release_openmp()
 

@@ -128,7 +128,9 @@ class FastVectorEnv(VectorEnv):
             share a core would step at half speed. While the caller keeps more than one core
             busy between steps (torch's threads) the workers leave their CPUs: a pinned
             worker cannot move off a core that a trainer's thread holds. ``False`` never
-            pins, ``True`` always does.
+            pins, ``True`` always does (and warns once when the caller is first seen keeping
+            more than one core busy between steps, as for the other settings bound to be
+            slow there: ``docs/vector.md``).
         release_openmp_threads: before each step, hand back the idle threads of the
             calling process's GNU OpenMP runtimes (torch's on Linux) with OpenMP 5's
             ``omp_pause_resource_all``. They otherwise spin for milliseconds after each
