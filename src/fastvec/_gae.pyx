@@ -10,12 +10,11 @@ Nothing is allocated by a kernel: the running GAE of step ``t + 1`` *is* row
 ``t + 1`` of the advantages output. Narrow buffers (N <= 8 envs) run the same
 arithmetic column-block by column-block instead, the running GAE of each env
 in a register (their rows are too short to hide the round trip through
-memory): ~25 % less time at 128x8.
+memory; docs/gae.md has the measurements).
 
 The ``def`` wrappers check and prepare their inputs with the NumPy C API
 (type, dtype, shape, C-contiguity, then the raw data pointer). Typed
-memoryviews were measured at ~0.6 µs per argument to acquire (7 arguments:
-4.2 µs, more than the whole 128x8 budget), against ~0.04 µs for these checks, so
+memoryviews cost more to acquire than a whole small call (docs/gae.md), so
 the kernels take pointers to C-contiguous data plus their sizes instead.
 
 Float data is fused (``floating``: float32 / float64, one body). Done flags
@@ -32,6 +31,7 @@ from cython.parallel cimport prange
 from libc.math cimport exp, expf
 from libc.stdint cimport uintptr_t
 
+from fastvec._ext._constants cimport DT_F32, DT_F64, DT_U8, NOGIL_MIN
 from fastvec._ext._omp cimport fv_omp_install_fork_guard, fv_omp_max_threads, fv_omp_threads
 from fastvec._ext._types cimport f32, f64, u8, floating
 
@@ -44,13 +44,7 @@ ctypedef fused flag_t:
     f32
     f64
 
-cdef enum:
-    K_U8 = 0
-    K_F32 = 1
-    K_F64 = 2
 
-# Below this many elements the GIL is kept (releasing it costs more than the loop).
-cdef Py_ssize_t NOGIL_MIN = 1 << 14
 # Automatic threading starts at this many elements per thread ...
 cdef Py_ssize_t PAR_MIN_PER_THREAD = 1 << 20
 # ... and each thread gets at least this many columns (a multiple of 16: whole
@@ -112,7 +106,7 @@ cdef inline void _gae_row2(
     floating* restrict rtm,  # OUT: returns of row t - 1
 ) noexcept nogil:
     """Rows t and t - 1 in one pass (same arithmetic as two _gae_row calls): values[t]
-    and advantages[t] stay in registers, ~15 % less time on large buffers."""
+    and advantages[t] stay in registers (faster on large buffers: docs/gae.md)."""
     cdef Py_ssize_t i
     cdef floating nnt, delta, a, vv0, one = 1
     for i in range(n):
@@ -219,15 +213,15 @@ cdef inline void _vt_row(
 
 cdef inline Py_ssize_t _flag_size(int kind) noexcept nogil:
     """Bytes per element of a flag array of this kind."""
-    return 1 if kind == K_U8 else (4 if kind == K_F32 else 8)
+    return 1 if kind == DT_U8 else (4 if kind == DT_F32 else 8)
 
 
 cdef inline void _gae_row_last_any(Py_ssize_t n, const floating* r, const floating* v,
                                    const floating* nv, const void* nd, int ndk, floating g,
                                    floating* adv, floating* ret) noexcept nogil:
-    if ndk == K_U8:
+    if ndk == DT_U8:
         _gae_row_last(n, r, v, nv, <const u8*>nd, g, adv, ret)
-    elif ndk == K_F32:
+    elif ndk == DT_F32:
         _gae_row_last(n, r, v, nv, <const f32*>nd, g, adv, ret)
     else:
         _gae_row_last(n, r, v, nv, <const f64*>nd, g, adv, ret)
@@ -237,7 +231,7 @@ cdef inline void _gae_row_last_any(Py_ssize_t n, const floating* r, const floati
 # a row kernel's rows are too short to hide the store-to-load round trip of the
 # running advantage through memory (at N = 8 it, not the arithmetic, bounds
 # them), so the narrow kernel keeps each column's advantage in a register from
-# row T-1 to row 0 (~2x faster at 128 x 8, the same operations in the same order).
+# row T-1 to row 0 (the same operations in the same order; docs/gae.md).
 cdef enum:
     _NARROW_MAX = 8
 
@@ -262,9 +256,9 @@ ctypedef fused lanes_t:
 
 cdef inline floating _not_done(const void* flags, int kind, Py_ssize_t i, floating one) noexcept nogil:
     """1 - flags[i], the flag read in its own dtype then converted, as the rows do."""
-    if kind == K_U8:
+    if kind == DT_U8:
         return one - <floating>(<const u8*>flags)[i]
-    if kind == K_F32:
+    if kind == DT_F32:
         return one - <floating>(<const f32*>flags)[i]
     return one - <floating>(<const f64*>flags)[i]
 
@@ -313,9 +307,9 @@ cdef inline void _gae_cols_any(
     floating* adv,  # OUT
     floating* ret,  # OUT
 ) noexcept nogil:
-    if dk == K_U8:
+    if dk == DT_U8:
         _gae_cols(width, T, N, c0, r, v, <const u8*>d, nv, nd, ndk, g, gl, adv, ret)
-    elif dk == K_F32:
+    elif dk == DT_F32:
         _gae_cols(width, T, N, c0, r, v, <const f32*>d, nv, nd, ndk, g, gl, adv, ret)
     else:
         _gae_cols(width, T, N, c0, r, v, <const f64*>d, nv, nd, ndk, g, gl, adv, ret)
@@ -349,11 +343,11 @@ cdef void _gae_block(
     t = T - 2
     while t >= 1:  # rows t and t - 1 together
         o = t * N + c0
-        if dk == K_U8:
+        if dk == DT_U8:
             _gae_row2(n, r + o, r + o - N, v + o, v + o - N, v + o + N, <const u8*>d + o + N,
                       <const u8*>d + o, adv + o + N, g, gl, adv + o, ret + o, adv + o - N,
                       ret + o - N)
-        elif dk == K_F32:
+        elif dk == DT_F32:
             _gae_row2(n, r + o, r + o - N, v + o, v + o - N, v + o + N, <const f32*>d + o + N,
                       <const f32*>d + o, adv + o + N, g, gl, adv + o, ret + o, adv + o - N,
                       ret + o - N)
@@ -364,10 +358,10 @@ cdef void _gae_block(
         t -= 2
     if t == 0:  # T - 1 rows were even: row 0 is left
         o = c0
-        if dk == K_U8:
+        if dk == DT_U8:
             _gae_row(n, r + o, v + o, v + o + N, <const u8*>d + o + N, adv + o + N, g, gl,
                      adv + o, ret + o)
-        elif dk == K_F32:
+        elif dk == DT_F32:
             _gae_row(n, r + o, v + o, v + o + N, <const f32*>d + o + N, adv + o + N, g, gl,
                      adv + o, ret + o)
         else:
@@ -398,10 +392,10 @@ cdef void _tt_block(
             vn = v + o + N
             a1 = adv + o + N
         vf = vn if nvs == NULL else nvs + o
-        if fk == K_U8:
+        if fk == DT_U8:
             _tt_row(n, r + o, v + o, vn, vf, <const u8*>te + o, <const u8*>tr + o, k, a1,
                     g, gl, adv + o, ret + o)
-        elif fk == K_F32:
+        elif fk == DT_F32:
             _tt_row(n, r + o, v + o, vn, vf, <const f32*>te + o, <const f32*>tr + o, k, a1,
                     g, gl, adv + o, ret + o)
         else:
@@ -437,10 +431,10 @@ cdef void _vt_block(
             acc1 = vs + o + N
             k1 = dk
             d1 = <const char*>d + (o + N) * _flag_size(dk)
-        if k1 == K_U8:
+        if k1 == DT_U8:
             _vt_row(n, x + o, is_log, r + o, v + o, v1, <const u8*>d1, acc1,
                     g, lam, rho_bar, c_bar, pg_bar, vs + o, pg + o)
-        elif k1 == K_F32:
+        elif k1 == DT_F32:
             _vt_row(n, x + o, is_log, r + o, v + o, v1, <const f32*>d1, acc1,
                     g, lam, rho_bar, c_bar, pg_bar, vs + o, pg + o)
         else:
@@ -605,15 +599,15 @@ cdef cnp.ndarray _prep_flags(str fn, str name, cnp.ndarray a, int ftype, int* ki
     are; other integer dtypes converted to the float type."""
     cdef int t = cnp.PyArray_TYPE(a)
     if t == cnp.NPY_BOOL or t == cnp.NPY_UINT8:
-        kind[0] = K_U8
+        kind[0] = DT_U8
     elif t == cnp.NPY_FLOAT32:
-        kind[0] = K_F32
+        kind[0] = DT_F32
     elif t == cnp.NPY_FLOAT64:
-        kind[0] = K_F64
+        kind[0] = DT_F64
     else:
         if a.dtype.kind not in "biuf":
             raise TypeError(f"{fn}: {name} must be bool, integer or float flags, got dtype {a.dtype}")
-        kind[0] = K_F32 if ftype == cnp.NPY_FLOAT32 else K_F64
+        kind[0] = DT_F32 if ftype == cnp.NPY_FLOAT32 else DT_F64
         return np.array(a, dtype=np.float32 if ftype == cnp.NPY_FLOAT32 else np.float64, order="C")
     if _direct(a):
         return a
@@ -771,7 +765,7 @@ def gae_terminated_truncated(rewards, values, terminated, truncated, next_value,
     te = _prep_flags(fn, "terminated", te, ft, &tek)
     tr = _prep_flags(fn, "truncated", tr, ft, &trk)
     if trk != tek:  # one kernel reads both with the same element type: convert to a float one
-        if tek == K_U8:
+        if tek == DT_U8:
             te = np.ascontiguousarray(te, dtype=tr.dtype)
             tek = trk
         else:

@@ -45,11 +45,9 @@ or beyond the total, or that rounding led to a zero leaf, is redone by a
 guarded descent (go right iff ``v >= l`` and the right sum is positive; at
 or beyond the total, iff the right sum is positive), which never enters a
 zero-sum subtree (padding included); so the result is always a positive
-leaf, the last positive one for prefixes at or beyond the total. (Measured
-at 2^20 leaves and batches of 4096 against the binary heap with blocks of 8
-leaves that this replaced: update of a sum and a min tree ~1.5-1.7x faster,
-sorted search ~1.4-1.5x faster; random search 1.0-1.2x, as fast when memory
-is not the bottleneck: it is then bound by instructions, not by misses.)
+leaf, the last positive one for prefixes at or beyond the total. (This layout
+replaced a binary heap for its fewer levels, hence fewer cache misses, per
+update and search: docs/replay.md has the measurements.)
 
 The ``def`` wrappers are thin: the Python front ends (fastvec.replay) convert
 inputs. Value checks (index range, negative/NaN priorities, negative/NaN
@@ -195,8 +193,9 @@ cdef inline void _climb_all(_Tree* trees, int kind, const i64[::1] indices, int 
     cdef Py_ssize_t i = 0, j
     cdef int ntrees = 2 if kind == 2 else 1
     cdef int nfetch = top + 1 if top + 1 < _PREFETCH_LEVELS else _PREFETCH_LEVELS
-    # One tree: 4 climbs at a time, interleaved (2-10 % faster); a pair of
-    # trees already interleaves two climbs per index (4 would be slower).
+    # One tree: 4 climbs at a time, interleaved, so that the core overlaps their
+    # misses (docs/replay.md); a pair of trees already interleaves two climbs
+    # per index (4 would be slower).
     while kind != 2 and i + 4 <= n:
         for j in range(i + _UPDATE_PREFETCH, i + _UPDATE_PREFETCH + 4):
             if j < n:
@@ -316,12 +315,12 @@ cdef inline void _pick4(const f64* children, const f64* grandchildren, i64 last,
     """``_pick`` for the 4 queries at ``work[0:4]`` / ``out[0:4]``, one step
     for all 4 before the next: the search is bound by each pick's chain of
     dependent loads and compares, and interleaving 4 independent chains keeps
-    the core busy where its scheduler alone overlaps fewer (at 2^20 leaves,
-    batches of 4096: 5-12 % faster than one query at a time). Then, as for one query: the picked
-    child's index, kept on the level's last real node (a prefix at or, by
-    rounding, beyond a node's sum picks its 8th child, which may be padding
-    whose subtree is not stored; the fix-up after the descent redoes such
-    queries when it matters), and its line of children prefetched."""
+    the core busy where its scheduler alone overlaps fewer (docs/replay.md).
+    Then, as for one query: the picked child's index, kept on the level's
+    last real node (a prefix at or, by rounding, beyond a node's sum picks its
+    8th child, which may be padding whose subtree is not stored; the fix-up
+    after the descent redoes such queries when it matters), and its line of
+    children prefetched."""
     cdef const f64* c[4]
     cdef f64 x[4]
     cdef f64 left[4]
@@ -417,8 +416,8 @@ cdef void _descend(
     int mode,
     Py_ssize_t lo,              # the queries lo..hi-1 of the batch
     Py_ssize_t hi,
-    f64* work,                  # OUT remaining prefix per query; at the end its leaf's value
-    i64* out,                   # OUT leaf index per query
+    f64* work,                  # OUT: remaining prefix per query; at the end its leaf's value
+    i64* out,                   # OUT: leaf index per query
 ) noexcept nogil:
     cdef Py_ssize_t n = hi - lo
     cdef Py_ssize_t k, g, g_end
@@ -586,16 +585,6 @@ def update_pair(f64[::1] sum_leaves, f64[::1] sum_heap, f64[::1] min_leaves, f64
         if bad < 0:
             _update(trees, 2, count, depth, indices, dense_nodes)
     return bad
-
-
-def rebuild(f64[::1] leaves, f64[::1] heap, bint is_min):
-    """Recompute every node from the leaves."""
-    cdef _Tree tree
-    cdef Py_ssize_t count[_MAX_LEVELS]
-    cdef int depth
-    _tree(&tree, leaves, heap, count, &depth, is_min)
-    with nogil:
-        _recompute_levels(&tree, count, 1, depth)
 
 
 def find_prefixsum(f64[::1] leaves, f64[::1] heap, const f64[::1] values, f64 scale, int mode,

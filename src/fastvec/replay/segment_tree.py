@@ -129,6 +129,3 @@ class SegmentTree:
     def _accepts(self, priority: float) -> bool:
         """Whether ``priority`` is a valid leaf value (the kernels' rule)."""
         return priority >= 0.0 and (self._is_min or priority != np.inf)
-
-    def _rebuild(self) -> None:
-        _kernels.rebuild(self._leaf_buffer, self._heap, self._is_min)

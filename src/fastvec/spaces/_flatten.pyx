@@ -16,26 +16,25 @@ leaf it checks the array in C (exact ndarray, element type, C-contiguous, aligne
 byte order, shape); an array that does not pass is handed to the front end's ``coerce``
 callback (which casts, copies, or raises a clear error) and checked again. The kernels
 then read the leaf through its data pointer: acquiring a typed memoryview per leaf costs
-~0.4 µs, more than the copy itself for one sample of a small leaf. The kernels then run
+more than the copy itself for one sample of a small leaf (docs/spaces.md). The kernels run
 block of rows by block of rows (``BLOCK_BYTES`` of the flat buffer), every leaf per block,
-so the rows being filled stay in cache while all leaves write their columns. Inside
-``nogil`` nothing is allocated and no Python object is touched; the GIL is released only
-when the call is large enough for that to pay.
+so the rows being filled stay in cache while all leaves write their columns. Both
+directions share one driver (``_run``) and one switch over the leaf's element type
+(``_dispatch``). Inside ``nogil`` nothing is allocated and no Python object is touched; the
+GIL is released only when the call is large enough for that to pay (``NOGIL_MIN``).
 """
 cimport numpy as cnp
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
-from numpy cimport int8_t, int16_t, uint16_t, uint64_t
 
-from fastvec._ext._types cimport f32, f64, i64, i32, u32, u8, floating
+from fastvec._ext._constants cimport (
+    DT_F32, DT_F64, DT_I8, DT_I16, DT_I32, DT_I64, DT_U8, DT_U16, DT_U32, DT_U64, NOGIL_MIN,
+)
+from fastvec._ext._types cimport f32, f64, i8, i16, i32, i64, u8, u16, u32, u64, floating
 
 cnp.import_array()
 
-ctypedef int8_t i8
-ctypedef int16_t i16
-ctypedef uint16_t u16
-ctypedef uint64_t u64
-
-# Element types a leaf may hold (bool leaves are read as u8).
+# Element types a leaf may hold (bool leaves are read as u8), in the order of their ElemType
+# codes (_constants.pxd).
 ctypedef fused value_t:
     u8
     i8
@@ -48,22 +47,22 @@ ctypedef fused value_t:
     f32
     f64
 
-# Leaf kinds (LeafPlan.kind).
-cdef enum:
+# Leaf kinds (LeafPlan.kind); fastvec.spaces._leaf_kinds reads them from Python.
+cpdef enum LeafKind:
     COPY = 0
     ONEHOT = 1
     MULTI_ONEHOT = 2
     NONZERO = 3
     PYTHON = 4          # no kernel for this leaf's dtype: the front end runs NumPy for it
-    # Release the GIL only for calls with at least this many flat values.
-    NOGIL_MIN = 16384
+
+cdef enum:
     # Bytes of the flat buffer processed per block of rows (all leaves, then the next block).
     BLOCK_BYTES = 32768
 
 
 cdef struct LeafSpec:
     int kind            # COPY, ONEHOT, MULTI_ONEHOT, NONZERO or PYTHON
-    int code            # element type of the leaf array, in value_t order
+    int code            # element type of the leaf array: an ElemType (DT_U8 ... DT_F64)
     Py_ssize_t off      # column of the leaf's first flat value
     Py_ssize_t width    # values per sample in the leaf array (components for MultiDiscrete)
     Py_ssize_t flat_width  # flat values per sample
@@ -73,18 +72,21 @@ cdef struct LeafSpec:
     const i64* nvec     # MultiDiscrete: size of each component
     const u64* starts   # MultiDiscrete: start of each component
 
-# Element type codes, in value_t order; -1: no kernel.
-_TYPE_CODES = {
-    cnp.NPY_UINT8: 0, cnp.NPY_BOOL: 0, cnp.NPY_INT8: 1, cnp.NPY_UINT16: 2, cnp.NPY_INT16: 3,
-    cnp.NPY_UINT32: 4, cnp.NPY_INT32: 5, cnp.NPY_UINT64: 6, cnp.NPY_INT64: 7,
-    cnp.NPY_FLOAT32: 8, cnp.NPY_FLOAT64: 9,
-}
-# The fixed-width C types above under their other NumPy names (long/longlong, int/long...).
 import numpy as _np
 _np_integer = _np.integer
-for _name, _code in (("uint8", 0), ("bool", 0), ("int8", 1), ("uint16", 2), ("int16", 3),
-                     ("uint32", 4), ("int32", 5), ("uint64", 6), ("int64", 7),
-                     ("float32", 8), ("float64", 9)):
+
+# NumPy type number -> ElemType of the kernels (absent: no kernel). Each type is entered
+# under its C-API number and under the run-time number of its NumPy name, in case the two
+# differ (one fixed-width type has two C names: long/longlong, int/long).
+_TYPE_CODES = {}
+for _num, _name, _code in (
+        (cnp.NPY_UINT8, "uint8", DT_U8), (cnp.NPY_BOOL, "bool", DT_U8),
+        (cnp.NPY_INT8, "int8", DT_I8), (cnp.NPY_UINT16, "uint16", DT_U16),
+        (cnp.NPY_INT16, "int16", DT_I16), (cnp.NPY_UINT32, "uint32", DT_U32),
+        (cnp.NPY_INT32, "int32", DT_I32), (cnp.NPY_UINT64, "uint64", DT_U64),
+        (cnp.NPY_INT64, "int64", DT_I64), (cnp.NPY_FLOAT32, "float32", DT_F32),
+        (cnp.NPY_FLOAT64, "float64", DT_F64)):
+    _TYPE_CODES[_num] = _code
     _TYPE_CODES[_np.dtype(_name).num] = _code
 
 
@@ -98,23 +100,27 @@ def type_code(dtype) -> int:
 
 
 # --------------------------------------------------------------------------
-# nogil kernels. `out`/`flat` point at column `off` of row 0; rows are `stride` apart.
+# nogil kernels. `flat` points at column `off` of row 0; rows are `stride` apart.
 # --------------------------------------------------------------------------
 
-cdef void _copy_in(const value_t* src, Py_ssize_t rows, Py_ssize_t width,
-                   floating* out, Py_ssize_t stride) noexcept nogil:  # OUT: out
-    """out[b, j] = src[b, j], cast to the flat float type."""
+cdef void _copy_in(
+    const value_t* src, Py_ssize_t rows, Py_ssize_t width, Py_ssize_t stride,
+    floating* flat,  # OUT
+) noexcept nogil:
+    """flat[b, j] = src[b, j], cast to the flat float type."""
     cdef Py_ssize_t b, j
     for b in range(rows):
         for j in range(width):
-            out[j] = <floating> src[j]
+            flat[j] = <floating> src[j]
         src += width
-        out += stride
+        flat += stride
 
 
-cdef Py_ssize_t _onehot_in(const value_t* src, Py_ssize_t rows, Py_ssize_t n, u64 start,
-                           floating* out, Py_ssize_t stride) noexcept nogil:  # OUT: out
-    """One-hot of src[b] - start over out[b, 0:n]; returns the first out-of-range row or -1."""
+cdef Py_ssize_t _onehot_in(
+    const value_t* src, Py_ssize_t rows, Py_ssize_t n, u64 start, Py_ssize_t stride,
+    floating* flat,  # OUT
+) noexcept nogil:
+    """One-hot of src[b] - start over flat[b, 0:n]; returns the first out-of-range row or -1."""
     cdef Py_ssize_t b, j
     cdef u64 k
     for b in range(rows):
@@ -123,29 +129,30 @@ cdef Py_ssize_t _onehot_in(const value_t* src, Py_ssize_t rows, Py_ssize_t n, u6
         if k >= <u64> n:
             return b
         for j in range(n):
-            out[j] = 0
-        out[k] = 1
-        out += stride
+            flat[j] = 0
+        flat[k] = 1
+        flat += stride
     return -1
 
 
-cdef Py_ssize_t _multi_onehot_in(const value_t* src, Py_ssize_t rows, Py_ssize_t m,
-                                 Py_ssize_t width, const i64* seg, const i64* nvec,
-                                 const u64* start,
-                                 floating* out, Py_ssize_t stride) noexcept nogil:  # OUT: out
-    """Component c of row b: one-hot of src[b, c] - start[c] at out[b, seg[c]:]."""
+cdef Py_ssize_t _multi_onehot_in(
+    const value_t* src, Py_ssize_t rows, Py_ssize_t m, Py_ssize_t width, const i64* seg,
+    const i64* nvec, const u64* start, Py_ssize_t stride,
+    floating* flat,  # OUT
+) noexcept nogil:
+    """Component c of row b: one-hot of src[b, c] - start[c] at flat[b, seg[c]:]."""
     cdef Py_ssize_t b, c, j
     cdef u64 k
     for b in range(rows):
         for j in range(width):
-            out[j] = 0
+            flat[j] = 0
         for c in range(m):
             k = (<u64> <i64> src[c]) - start[c]
             if k >= <u64> nvec[c]:
                 return b
-            out[seg[c] + <Py_ssize_t> k] = 1
+            flat[seg[c] + <Py_ssize_t> k] = 1
         src += m
-        out += stride
+        flat += stride
     return -1
 
 
@@ -153,8 +160,8 @@ cdef inline Py_ssize_t _first_nonzero(const floating* f, Py_ssize_t n) noexcept 
     """Index of the first nonzero of f[0:n] (n if none), as gymnasium's ``np.nonzero(x)[0][0]``.
 
     A one-hot segment has exactly one nonzero: count the nonzeros and sum their positions
-    with arithmetic only (no data-dependent branch: one-hot positions are random, and a
-    mispredicted branch per segment cost several times the scan), and fall back to a plain
+    with arithmetic only (no data-dependent branch: one-hot positions are random, so such a
+    branch mispredicts, at a cost above the scan's: docs/spaces.md), and fall back to a plain
     scan when the segment is not one-hot.
     """
     cdef Py_ssize_t j, nz
@@ -172,8 +179,10 @@ cdef inline Py_ssize_t _first_nonzero(const floating* f, Py_ssize_t n) noexcept 
     return j
 
 
-cdef void _copy_out(const floating* flat, Py_ssize_t stride, Py_ssize_t rows,
-                    Py_ssize_t width, value_t* dst) noexcept nogil:  # OUT: dst
+cdef void _copy_out(
+    const floating* flat, Py_ssize_t stride, Py_ssize_t rows, Py_ssize_t width,
+    value_t* dst,  # OUT
+) noexcept nogil:
     """dst[b, j] = flat[b, j], C conversion (as NumPy's astype)."""
     cdef Py_ssize_t b, j
     for b in range(rows):
@@ -183,8 +192,10 @@ cdef void _copy_out(const floating* flat, Py_ssize_t stride, Py_ssize_t rows,
         dst += width
 
 
-cdef void _nonzero_out(const floating* flat, Py_ssize_t stride, Py_ssize_t rows,
-                       Py_ssize_t width, u8* dst) noexcept nogil:  # OUT: dst
+cdef void _nonzero_out(
+    const floating* flat, Py_ssize_t stride, Py_ssize_t rows, Py_ssize_t width,
+    u8* dst,  # OUT
+) noexcept nogil:
     """dst[b, j] = flat[b, j] != 0 (NumPy's cast to bool; NaN is True)."""
     cdef Py_ssize_t b, j
     for b in range(rows):
@@ -194,8 +205,10 @@ cdef void _nonzero_out(const floating* flat, Py_ssize_t stride, Py_ssize_t rows,
         dst += width
 
 
-cdef Py_ssize_t _onehot_out(const floating* flat, Py_ssize_t stride, Py_ssize_t rows,
-                            Py_ssize_t n, u64 start, value_t* dst) noexcept nogil:  # OUT: dst
+cdef Py_ssize_t _onehot_out(
+    const floating* flat, Py_ssize_t stride, Py_ssize_t rows, Py_ssize_t n, u64 start,
+    value_t* dst,  # OUT
+) noexcept nogil:
     """dst[b] = start + first j with flat[b, j] != 0; the first row without one, or -1."""
     cdef Py_ssize_t b, j
     for b in range(rows):
@@ -207,9 +220,11 @@ cdef Py_ssize_t _onehot_out(const floating* flat, Py_ssize_t stride, Py_ssize_t 
     return -1
 
 
-cdef Py_ssize_t _multi_onehot_out(const floating* flat, Py_ssize_t stride, Py_ssize_t rows,
-                                  Py_ssize_t m, const i64* seg, const i64* nvec,
-                                  const u64* start, value_t* dst) noexcept nogil:  # OUT: dst
+cdef Py_ssize_t _multi_onehot_out(
+    const floating* flat, Py_ssize_t stride, Py_ssize_t rows, Py_ssize_t m, const i64* seg,
+    const i64* nvec, const u64* start,
+    value_t* dst,  # OUT
+) noexcept nogil:
     """Component c: start[c] + first nonzero of its segment; the first bad row, or -1."""
     cdef Py_ssize_t b, c, j, n
     for b in range(rows):
@@ -228,43 +243,23 @@ cdef Py_ssize_t _multi_onehot_out(const floating* flat, Py_ssize_t stride, Py_ss
 # Per-leaf dispatch (nogil): kind and element type were fixed when the plan was built.
 # --------------------------------------------------------------------------
 
-cdef Py_ssize_t _leaf_in(const LeafSpec* p, const value_t* src, Py_ssize_t rows,
-                         floating* out, Py_ssize_t stride) noexcept nogil:
+cdef Py_ssize_t _leaf_in(
+    const LeafSpec* p, const value_t* src, Py_ssize_t rows, Py_ssize_t stride,
+    floating* flat,  # OUT: row 0 of the flat buffer
+) noexcept nogil:
     if p.kind == COPY:
-        _copy_in(src, rows, p.width, out + p.off, stride)
+        _copy_in(src, rows, p.width, stride, flat + p.off)
         return -1
     if p.kind == ONEHOT:
-        return _onehot_in(src, rows, p.flat_width, p.start, out + p.off, stride)
-    return _multi_onehot_in(src, rows, p.width, p.flat_width, p.seg, p.nvec, p.starts,
-                            out + p.off, stride)
+        return _onehot_in(src, rows, p.flat_width, p.start, stride, flat + p.off)
+    return _multi_onehot_in(src, rows, p.width, p.flat_width, p.seg, p.nvec, p.starts, stride,
+                            flat + p.off)
 
 
-cdef Py_ssize_t _dispatch_in(const LeafSpec* p, const void* src, Py_ssize_t rows,
-                             floating* out, Py_ssize_t stride) noexcept nogil:
-    cdef int code = p.code
-    if code == 0:
-        return _leaf_in(p, <const u8*> src, rows, out, stride)
-    elif code == 1:
-        return _leaf_in(p, <const i8*> src, rows, out, stride)
-    elif code == 2:
-        return _leaf_in(p, <const u16*> src, rows, out, stride)
-    elif code == 3:
-        return _leaf_in(p, <const i16*> src, rows, out, stride)
-    elif code == 4:
-        return _leaf_in(p, <const u32*> src, rows, out, stride)
-    elif code == 5:
-        return _leaf_in(p, <const i32*> src, rows, out, stride)
-    elif code == 6:
-        return _leaf_in(p, <const u64*> src, rows, out, stride)
-    elif code == 7:
-        return _leaf_in(p, <const i64*> src, rows, out, stride)
-    elif code == 8:
-        return _leaf_in(p, <const f32*> src, rows, out, stride)
-    return _leaf_in(p, <const f64*> src, rows, out, stride)
-
-
-cdef Py_ssize_t _leaf_out(const LeafSpec* p, const floating* flat, Py_ssize_t stride, Py_ssize_t rows,
-                          value_t* dst) noexcept nogil:
+cdef Py_ssize_t _leaf_out(
+    const LeafSpec* p, const floating* flat, Py_ssize_t stride, Py_ssize_t rows,
+    value_t* dst,  # OUT
+) noexcept nogil:
     if p.kind == COPY:
         _copy_out(flat + p.off, stride, rows, p.width, dst)
         return -1
@@ -276,28 +271,43 @@ cdef Py_ssize_t _leaf_out(const LeafSpec* p, const floating* flat, Py_ssize_t st
     return _multi_onehot_out(flat + p.off, stride, rows, p.width, p.seg, p.nvec, p.starts, dst)
 
 
-cdef Py_ssize_t _dispatch_out(const LeafSpec* p, const floating* flat, Py_ssize_t stride,
-                              Py_ssize_t rows, void* dst) noexcept nogil:
+cdef inline Py_ssize_t _leaf(
+    const LeafSpec* p, bint to_flat, Py_ssize_t rows, Py_ssize_t stride,
+    value_t* leaf,   # OUT: when unflattening, rows of the leaf array
+    floating* flat,  # OUT: when flattening, row 0 of the flat buffer
+) noexcept nogil:
+    """One leaf over one block of rows, in either direction."""
+    if to_flat:
+        return _leaf_in(p, leaf, rows, stride, flat)
+    return _leaf_out(p, flat, stride, rows, leaf)
+
+
+cdef Py_ssize_t _dispatch(
+    const LeafSpec* p, bint to_flat, Py_ssize_t rows, Py_ssize_t stride,
+    char* leaf,      # OUT: when unflattening
+    floating* flat,  # OUT: when flattening
+) noexcept nogil:
+    """_leaf specialised for the element type of the leaf array: the one place it is named."""
     cdef int code = p.code
-    if code == 0:
-        return _leaf_out(p, flat, stride, rows, <u8*> dst)
-    elif code == 1:
-        return _leaf_out(p, flat, stride, rows, <i8*> dst)
-    elif code == 2:
-        return _leaf_out(p, flat, stride, rows, <u16*> dst)
-    elif code == 3:
-        return _leaf_out(p, flat, stride, rows, <i16*> dst)
-    elif code == 4:
-        return _leaf_out(p, flat, stride, rows, <u32*> dst)
-    elif code == 5:
-        return _leaf_out(p, flat, stride, rows, <i32*> dst)
-    elif code == 6:
-        return _leaf_out(p, flat, stride, rows, <u64*> dst)
-    elif code == 7:
-        return _leaf_out(p, flat, stride, rows, <i64*> dst)
-    elif code == 8:
-        return _leaf_out(p, flat, stride, rows, <f32*> dst)
-    return _leaf_out(p, flat, stride, rows, <f64*> dst)
+    if code == DT_U8:
+        return _leaf(p, to_flat, rows, stride, <u8*> leaf, flat)
+    elif code == DT_I8:
+        return _leaf(p, to_flat, rows, stride, <i8*> leaf, flat)
+    elif code == DT_U16:
+        return _leaf(p, to_flat, rows, stride, <u16*> leaf, flat)
+    elif code == DT_I16:
+        return _leaf(p, to_flat, rows, stride, <i16*> leaf, flat)
+    elif code == DT_U32:
+        return _leaf(p, to_flat, rows, stride, <u32*> leaf, flat)
+    elif code == DT_I32:
+        return _leaf(p, to_flat, rows, stride, <i32*> leaf, flat)
+    elif code == DT_U64:
+        return _leaf(p, to_flat, rows, stride, <u64*> leaf, flat)
+    elif code == DT_I64:
+        return _leaf(p, to_flat, rows, stride, <i64*> leaf, flat)
+    elif code == DT_F32:
+        return _leaf(p, to_flat, rows, stride, <f32*> leaf, flat)
+    return _leaf(p, to_flat, rows, stride, <f64*> leaf, flat)
 
 
 # --------------------------------------------------------------------------
@@ -394,45 +404,61 @@ cdef Py_ssize_t _block_rows(Py_ssize_t stride, Py_ssize_t itemsize) noexcept nog
     return rows if rows > 0 else 1
 
 
-cdef Py_ssize_t _run_in(const LeafSpec** specs, const char** srcs, Py_ssize_t n,
-                        Py_ssize_t rows, floating* base, Py_ssize_t stride,
-                        Py_ssize_t* bad_leaf) noexcept nogil:  # OUT: base, bad_leaf
-    """Every leaf, block of rows by block of rows; the first bad row (bad_leaf[0] = its leaf)
+# What a flatten or unflatten call hands the kernels (all but the flat buffer, whose
+# element type picks _run's specialisation).
+ctypedef struct _Run:
+    const LeafSpec** specs  # one per leaf; NULL for a leaf the front end writes (PYTHON)
+    char** leaves           # OUT: when unflattening, each leaf array's data
+    Py_ssize_t n            # number of leaves
+    Py_ssize_t rows         # B
+    Py_ssize_t stride       # F: flat values per row
+    bint to_flat            # flatten (leaves -> flat) or unflatten (flat -> leaves)
+    Py_ssize_t bad_leaf     # OUT: the leaf of the first bad row
+
+
+cdef int _run_alloc(_Run* a, Py_ssize_t n, Py_ssize_t rows, Py_ssize_t stride,
+                    bint to_flat) except -1:
+    """Fill ``a`` for ``n`` leaves, with room for their specs and data pointers (_run_free)."""
+    a.specs = <const LeafSpec**> PyMem_Malloc(n * sizeof(LeafSpec*) + 1)
+    a.leaves = <char**> PyMem_Malloc(n * sizeof(char*) + 1)
+    if a.specs == NULL or a.leaves == NULL:
+        _run_free(a)
+        raise MemoryError()
+    a.n = n
+    a.rows = rows
+    a.stride = stride
+    a.to_flat = to_flat
+    a.bad_leaf = -1
+    return 0
+
+
+cdef void _run_free(_Run* a) noexcept:
+    PyMem_Free(a.specs)
+    PyMem_Free(a.leaves)
+    a.specs = NULL
+    a.leaves = NULL
+
+
+cdef Py_ssize_t _run(
+    _Run* a,         # OUT: a.bad_leaf
+    floating* flat,  # OUT: when flattening, the [B, F] flat buffer
+) noexcept nogil:
+    """Every leaf, block of rows by block of rows; the first bad row (a.bad_leaf = its leaf)
     or -1."""
-    cdef Py_ssize_t i, bad, count
+    cdef const LeafSpec** specs = a.specs
+    cdef Py_ssize_t i, bad, count, rows = a.rows, stride = a.stride
     cdef Py_ssize_t start = 0
     cdef Py_ssize_t block = _block_rows(stride, sizeof(floating))
     while start < rows:
         count = min(block, rows - start)
-        for i in range(n):
+        for i in range(a.n):
             if specs[i] == NULL:
                 continue
-            bad = _dispatch_in(specs[i], srcs[i] + start * specs[i].width * specs[i].itemsize,
-                               count, base + start * stride, stride)
+            bad = _dispatch(specs[i], a.to_flat, count, stride,
+                            a.leaves[i] + start * specs[i].width * specs[i].itemsize,
+                            flat + start * stride)
             if bad >= 0:
-                bad_leaf[0] = i
-                return start + bad
-        start += count
-    return -1
-
-
-cdef Py_ssize_t _run_out(const LeafSpec** specs, char** dsts, Py_ssize_t n, Py_ssize_t rows,
-                         const floating* base, Py_ssize_t stride,
-                         Py_ssize_t* bad_leaf) noexcept nogil:  # OUT: dsts, bad_leaf
-    """Every leaf, block of rows by block of rows; the first bad row (bad_leaf[0] = its leaf)
-    or -1."""
-    cdef Py_ssize_t i, bad, count
-    cdef Py_ssize_t start = 0
-    cdef Py_ssize_t block = _block_rows(stride, sizeof(floating))
-    while start < rows:
-        count = min(block, rows - start)
-        for i in range(n):
-            if specs[i] == NULL:
-                continue
-            bad = _dispatch_out(specs[i], base + start * stride, stride, count,
-                                dsts[i] + start * specs[i].width * specs[i].itemsize)
-            if bad >= 0:
-                bad_leaf[0] = i
+                a.bad_leaf = i
                 return start + bad
         start += count
     return -1
@@ -448,28 +474,21 @@ def flatten_into(list plans, list values, floating[:, ::1] out, object coerce, b
     """
     cdef Py_ssize_t i, bad, total = 0, rows = out.shape[0], stride = out.shape[1]
     cdef Py_ssize_t n = len(plans)
-    cdef Py_ssize_t bad_leaf = -1
     cdef LeafPlan p
     cdef object v
     cdef floating* base
     cdef i64 scalar
-    cdef const LeafSpec** specs
-    cdef const char** srcs
+    cdef _Run run
     cdef list kept = []      # arrays made by coerce, alive until the kernels ran
     if rows == 0 or stride == 0:
         return None
     if len(values) != n:
         raise ValueError(f"expected {n} leaf values, got {len(values)}")
     base = &out[0, 0]
-    specs = <const LeafSpec**> PyMem_Malloc(n * sizeof(LeafSpec*) + 1)
-    srcs = <const char**> PyMem_Malloc(n * sizeof(char*) + 1)
-    if specs == NULL or srcs == NULL:
-        PyMem_Free(specs)
-        PyMem_Free(srcs)
-        raise MemoryError()
+    _run_alloc(&run, n, rows, stride, True)
     try:
         for i in range(n):
-            specs[i] = NULL
+            run.specs[i] = NULL
             p = <LeafPlan> plans[i]
             if p.spec.kind == PYTHON:
                 continue
@@ -483,7 +502,7 @@ def flatten_into(list plans, list values, floating[:, ::1] out, object coerce, b
                 except OverflowError:
                     pass
                 else:
-                    bad = _leaf_in(&p.spec, <const i64*> &scalar, 1, base, stride)
+                    bad = _leaf_in(&p.spec, <const i64*> &scalar, 1, stride, base)
                     if bad >= 0:
                         return (i, bad)
                     continue
@@ -492,19 +511,18 @@ def flatten_into(list plans, list values, floating[:, ::1] out, object coerce, b
                 if not p.accepts(v, rows, single):
                     raise RuntimeError(f"coerce returned an unusable array for leaf {i}")
                 kept.append(v)
-            specs[i] = &p.spec
-            srcs[i] = <const char*> cnp.PyArray_DATA(<cnp.ndarray> v)
+            run.specs[i] = &p.spec
+            run.leaves[i] = <char*> cnp.PyArray_DATA(<cnp.ndarray> v)
             total += p.spec.flat_width
         if rows * total >= NOGIL_MIN:
             with nogil:
-                bad = _run_in(specs, srcs, n, rows, base, stride, &bad_leaf)
+                bad = _run(&run, base)
         else:
-            bad = _run_in(specs, srcs, n, rows, base, stride, &bad_leaf)
+            bad = _run(&run, base)
     finally:
-        PyMem_Free(specs)
-        PyMem_Free(srcs)
+        _run_free(&run)
     if bad >= 0:
-        return (bad_leaf, bad)
+        return (run.bad_leaf, bad)
     return None
 
 
@@ -517,42 +535,34 @@ def unflatten_into(list plans, const floating[:, ::1] flat, list outs, bint sing
     """
     cdef Py_ssize_t i, bad, total = 0, rows = flat.shape[0], stride = flat.shape[1]
     cdef Py_ssize_t n = len(plans)
-    cdef Py_ssize_t bad_leaf = -1
     cdef LeafPlan p
-    cdef const floating* base
-    cdef const LeafSpec** specs
-    cdef char** dsts
+    cdef floating* base
+    cdef _Run run
     if rows == 0 or stride == 0:
         return None
     if len(outs) != n:
         raise ValueError(f"expected {n} leaf arrays, got {len(outs)}")
-    base = &flat[0, 0]
-    specs = <const LeafSpec**> PyMem_Malloc(n * sizeof(LeafSpec*) + 1)
-    dsts = <char**> PyMem_Malloc(n * sizeof(char*) + 1)
-    if specs == NULL or dsts == NULL:
-        PyMem_Free(specs)
-        PyMem_Free(dsts)
-        raise MemoryError()
+    base = <floating*> &flat[0, 0]  # only read: _run writes the flat buffer when flattening
+    _run_alloc(&run, n, rows, stride, False)
     try:
         for i in range(n):
-            specs[i] = NULL
+            run.specs[i] = NULL
             p = <LeafPlan> plans[i]
             if p.spec.kind == PYTHON:
                 continue
             if not p.accepts(outs[i], rows, single) or not cnp.PyArray_ISWRITEABLE(outs[i]):
                 raise ValueError(f"leaf array {i} is not a writable C-contiguous array "
                                  f"of shape ({rows}, *{p.shape})")
-            specs[i] = &p.spec
-            dsts[i] = <char*> cnp.PyArray_DATA(<cnp.ndarray> outs[i])
+            run.specs[i] = &p.spec
+            run.leaves[i] = <char*> cnp.PyArray_DATA(<cnp.ndarray> outs[i])
             total += p.spec.flat_width
         if rows * total >= NOGIL_MIN:
             with nogil:
-                bad = _run_out(specs, dsts, n, rows, base, stride, &bad_leaf)
+                bad = _run(&run, base)
         else:
-            bad = _run_out(specs, dsts, n, rows, base, stride, &bad_leaf)
+            bad = _run(&run, base)
     finally:
-        PyMem_Free(specs)
-        PyMem_Free(dsts)
+        _run_free(&run)
     if bad >= 0:
-        return (bad_leaf, bad)
+        return (run.bad_leaf, bad)
     return None

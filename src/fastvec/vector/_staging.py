@@ -17,11 +17,11 @@ from gymnasium import Space, spaces
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
 from fastvec.spaces import Layout
+from fastvec.spaces._leaf_kinds import LEAF_SPACES
 from fastvec.vector import _shared_buffer, _sync
 from fastvec.vector._infos import InfoAssembler, row_bytes_for
 from fastvec.vector._shared_buffer import Section, SharedBuffer
 
-_FIXED_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 # Gymnasium's own spaces without a fixed-size array form: their values travel on the pipes.
 _PIPED_SPACES = (spaces.Text, spaces.Graph, spaces.Sequence, spaces.OneOf)
 
@@ -38,7 +38,7 @@ def layouts(observation_space: Space, action_space: Space, num_envs: int, num_wo
     """
     act_layout = Layout(action_space, objects=True)
     if shared_memory:
-        if not isinstance(observation_space, (spaces.Dict, spaces.Tuple, *_PIPED_SPACES, *_FIXED_SPACES)):
+        if not isinstance(observation_space, (spaces.Dict, spaces.Tuple, *_PIPED_SPACES, *LEAF_SPACES)):
             raise ValueError(
                 f"Using `shared_memory=True` with the custom observation space {observation_space!r} (a "
                 f"{type(observation_space).__name__}, not one of Gymnasium's spaces) leaves nothing to share: set "
