@@ -21,11 +21,17 @@ MODULES = [
     "fastvec.replay.prioritized_replay_buffer",
     "fastvec.replay.sum_tree",
     "fastvec.spaces",
+    "fastvec.spaces._flatten_api",
+    "fastvec.spaces._layout",
+    "fastvec.spaces._leaf_kinds",
     "fastvec.torch.cartpole",
     "fastvec.vector._advice",
+    "fastvec.vector._backends",
     "fastvec.vector._openmp",
-    "fastvec.vector.native",
-    "fastvec.vector.shared",
+    "fastvec.vector._worker_faults",
+    "fastvec.vector._worker_vector_env",
+    "fastvec.vector.fast_vector_env",
+    "fastvec.vector.native_vector_env",
 ]
 # Modules whose examples run in another test module, next to what they need there.
 RUN_ELSEWHERE = {"fastvec.ray", "fastvec.ray.vector_env"}  # tests/test_ray.py, on its Ray cluster

@@ -280,6 +280,56 @@ def test_parent_killed_workers_exit(num_workers, context, reaped):
         proc.wait()
 
 
+@pytest.mark.parametrize("context", ["fork", "forkserver"])
+@pytest.mark.parametrize("hang", ["sleep", "gil"])
+def test_workers_hung_in_a_step_end_after_their_caller_is_killed(context, hang):
+    """A worker whose env never returns from a step cannot notice its caller's death in its
+    command loop; its parent watch ends it within the grace period (2 s) plus a check (0.5 s).
+    ``gil``: the env loops in C with the GIL held (a regular expression that backtracks for
+    ever), so no Python thread of the worker could run either."""
+    step = "time.sleep(3600)" if hang == "sleep" else "re.match(r'(a+)+$', 'a' * 64 + 'b')"
+    proc = _run_script(f"""
+        import re, time, numpy as np
+        import gymnasium as gym
+        from fastvec import FastVectorEnv
+
+        class HangingEnv(gym.Env):
+            observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+            action_space = gym.spaces.Discrete(2)
+            def reset(self, *, seed=None, options=None):
+                return np.zeros(2, np.float32), {{}}
+            def step(self, action):
+                {step}
+                return np.zeros(2, np.float32), 0.0, False, False, {{}}
+
+        env = FastVectorEnv([HangingEnv for _ in range(2)], num_workers=2, context="{context}")
+        env.reset(seed=0)
+        print(" ".join(str(p.pid) for p in env.processes), flush=True)
+        env.step_async(np.zeros(2, np.int64))
+        time.sleep(0.5)
+        print("stepping", flush=True)
+        time.sleep(3600)
+    """)
+    pids = []
+    try:
+        pids = [int(p) for p in proc.stdout.readline().split()]
+        assert len(pids) == 2, proc.stderr.read() if proc.poll() is not None else pids
+        assert proc.stdout.readline().strip() == "stepping"
+        proc.kill()
+        proc.wait()
+        killed = time.perf_counter()
+        assert not _wait_gone(pids, bound=10.0), "workers hung in a step outlived their killed caller"
+        assert time.perf_counter() - killed < 2.0 + 0.5 + 1.5
+    finally:
+        proc.kill()
+        proc.wait()
+        for pid in pids:  # (what a failure left would spin for ever)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 def _processes_mapping(creator: int) -> list[int]:
     return [int(pid) for pid in filter(str.isdigit, os.listdir("/proc")) if block_mappings(pid, creator)]
 

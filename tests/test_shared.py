@@ -548,7 +548,7 @@ def test_no_pinning_when_every_process_has_a_cpu():
 
 
 def test_windows_is_refused_before_any_worker_starts(monkeypatch):
-    import fastvec.vector.shared as shared_module
+    import fastvec.vector.fast_vector_env as shared_module
 
     started = []
     monkeypatch.setattr(shared_module.sys, "platform", "win32")

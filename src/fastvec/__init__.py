@@ -9,8 +9,8 @@ from fastvec.advantages import gae, gae_sb3, gae_terminated_truncated, vtrace
 from fastvec.errors import RemoteTraceback, WorkerDiedError, WorkerError
 from fastvec.native import get_include
 from fastvec.replay import MinTree, PrioritizedReplayBuffer, SumTree
-from fastvec.vector.native import NativeVectorEnv
-from fastvec.vector.shared import FastVectorEnv
+from fastvec.vector.native_vector_env import NativeVectorEnv
+from fastvec.vector.fast_vector_env import FastVectorEnv
 
 __version__ = "0.1.0"
 

@@ -10,7 +10,7 @@ Gymnasium) is built here; every other mode, and ``None``, goes to Gymnasium's
 own function untouched. Installing the wrap is idempotent; :func:`uninstall`
 restores Gymnasium's function.
 
-Which backend a ``"fastvec"`` call gets:
+Which backend a ``"fastvec"`` call gets (the local choice is :mod:`fastvec.vector._backends`'s):
 
 - :class:`fastvec.NativeVectorEnv` (compiled, in-process) when the id has a native
   implementation, no ``wrappers`` are given, the env kwargs and ``render_mode``
@@ -25,6 +25,9 @@ Which backend a ``"fastvec"`` call gets:
   ``batch_size``, ``copy``, ``start_timeout``) go to it, the others to each shard, which
   picks its local backend by the two rules above. ``make_vec(envs.spec)`` rebuilds it.
 
+Every returned vector env's ``spec`` records ``vectorization_mode="fastvec"`` (and the call's
+``num_envs``, ``vector_kwargs`` and ``wrappers``), so that ``make_vec(envs.spec)`` comes back here.
+
 Example:
     >>> import gymnasium as gym
     >>> import fastvec
@@ -38,7 +41,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import inspect
 from typing import Any, Callable, Sequence
 
 import gymnasium
@@ -47,22 +49,14 @@ import gymnasium.envs.registration as _gym_registration
 from gymnasium import Env, Wrapper
 from gymnasium.envs.registration import EnvSpec
 
-from fastvec.native import can_run_natively
+from fastvec.vector import _backends
+from fastvec.vector._backends import runs_natively
 
 MODE = "fastvec"
-_NATIVE_VECTOR_KWARGS = ("num_threads", "autoreset_mode", "exact", "copy")
-# vector_kwargs that RayVectorEnv itself takes (backend="ray"); the others go to its shards.
-_RAY_VECTOR_KWARGS = ("num_shards", "shard_options", "autoreset_mode", "batch_size", "copy", "start_timeout")
+# RayVectorEnv's arguments that make_vec fills itself; its other keywords come from vector_kwargs.
+_RAY_OWN_ARGUMENTS = ("env_fns", "num_envs", "env_kwargs", "wrappers", "vector_kwargs")
 
 __all__ = ["MODE", "install", "uninstall", "make_vec", "runs_natively"]
-
-
-def _find_spec(env_id: str | EnvSpec) -> EnvSpec:
-    if isinstance(env_id, EnvSpec):
-        return env_id
-    if isinstance(env_id, str):
-        return _gym_registration._find_spec(env_id)  # noqa: SLF001 - handles "module:Env-v0"
-    raise gymnasium.error.Error(f"Invalid id type: {type(env_id)}. Expected `str` or `EnvSpec`")
 
 
 def _requested_mode(env_id, vectorization_mode) -> Any:
@@ -72,17 +66,10 @@ def _requested_mode(env_id, vectorization_mode) -> Any:
     if isinstance(env_id, str) and vectorization_mode != MODE:
         # Only an unusual spec stores a mode; look it up only when the argument is not ours.
         try:
-            return _find_spec(env_id).kwargs.get("vectorization_mode", vectorization_mode)
+            return _backends.find_spec(env_id).kwargs.get("vectorization_mode", vectorization_mode)
         except Exception:
             return vectorization_mode  # let Gymnasium raise its own error for bad ids
     return vectorization_mode
-
-
-def _fastvec_kwargs() -> set[str]:
-    from fastvec.vector.shared import FastVectorEnv
-
-    params = inspect.signature(FastVectorEnv.__init__).parameters
-    return {name for name in params if name not in ("self", "env_fns")}
 
 
 def make_vec(
@@ -103,18 +90,8 @@ def make_vec(
         TypeError: a ``vector_kwargs`` key that neither backend takes.
         ValueError: ``native=True`` for a call the native backend cannot honour.
     """
-    env_spec = copy.deepcopy(_find_spec(id))
-    spec_kwargs = env_spec.kwargs
-    env_spec.kwargs = {}
-    num_envs = spec_kwargs.pop("num_envs", num_envs)
-    spec_kwargs.pop("vectorization_mode", None)
-    vector_kwargs = dict(spec_kwargs.pop("vector_kwargs", vector_kwargs) or {})
-    wrappers = list(spec_kwargs.pop("wrappers", wrappers) or [])
-    spec_kwargs.update(kwargs)
-    if env_spec.entry_point is None:
-        raise gymnasium.error.Error(
-            f"Cannot create vectorized environment for {env_spec.id} because it doesn't have an entry point defined."
-        )
+    env_spec, num_envs, vector_kwargs, wrappers, spec_kwargs = _backends.resolve(
+        id, num_envs, vector_kwargs, wrappers, kwargs)
 
     backend_kwargs = dict(vector_kwargs)
     backend = backend_kwargs.pop("backend", None)
@@ -124,7 +101,7 @@ def make_vec(
         raise ValueError(f"unknown vector_kwargs backend={backend!r} for vectorization_mode='fastvec'; "
                          "expected 'ray' or none (local: NativeVectorEnv or FastVectorEnv)")
     else:
-        env = _make_local(env_spec, num_envs, backend_kwargs, wrappers, spec_kwargs)
+        env = _backends.make_local(env_spec, num_envs, backend_kwargs, wrappers, spec_kwargs)
 
     recorded = copy.deepcopy(env_spec)
     recorded.kwargs = spec_kwargs.copy()
@@ -141,91 +118,13 @@ def make_vec(
 
 def _make_ray(env_spec: EnvSpec, num_envs: int, backend_kwargs: dict, wrappers: list, spec_kwargs: dict):
     """``backend="ray"``: a RayVectorEnv whose shards build the envs from the spec (their own
-    backend chosen in each shard by the rules below)."""
-    from fastvec.ray import RayVectorEnv
+    backend chosen in each shard as for a local call)."""
+    from fastvec.ray import RayVectorEnv  # Ray is optional: imported when asked for
 
-    ray_kwargs = {key: backend_kwargs.pop(key) for key in _RAY_VECTOR_KWARGS if key in backend_kwargs}
-    accepted = _fastvec_kwargs() | set(_NATIVE_VECTOR_KWARGS) | {"native"}
-    unknown = sorted(set(backend_kwargs) - accepted)
-    if unknown:
-        raise TypeError(
-            f"unknown vector_kwargs {unknown} for vectorization_mode='fastvec' with backend='ray'; expected some "
-            f"of {sorted(accepted | set(_RAY_VECTOR_KWARGS) | {'backend'})}"
-        )
+    ray_kwargs, shard_kwargs = _backends.split_ray_kwargs(
+        backend_kwargs, _backends.keywords(RayVectorEnv, exclude=_RAY_OWN_ARGUMENTS))
     return RayVectorEnv(env_spec, num_envs, env_kwargs=spec_kwargs.copy(), wrappers=wrappers,
-                        vector_kwargs=backend_kwargs, **ray_kwargs)
-
-
-def _make_local(env_spec: EnvSpec, num_envs: int, backend_kwargs: dict, wrappers: list, spec_kwargs: dict):
-    """NativeVectorEnv or FastVectorEnv, by the rules in the module docstring."""
-    native = backend_kwargs.pop("native", None)
-    accepted = _fastvec_kwargs() | set(_NATIVE_VECTOR_KWARGS)
-    unknown = sorted(set(backend_kwargs) - accepted)
-    if unknown:
-        raise TypeError(
-            f"unknown vector_kwargs {unknown} for vectorization_mode='fastvec'; expected some of "
-            f"{sorted(accepted | {'native'})}"
-        )
-    reason = _native_refusal(env_spec, spec_kwargs, wrappers, backend_kwargs) if native is not False else "native=False"
-    if native is True and reason:
-        raise ValueError(f"native=True, but {env_spec.id} cannot run on NativeVectorEnv here: {reason}")
-
-    if reason is None:
-        from fastvec.vector.native import NativeVectorEnv
-
-        env = NativeVectorEnv(env_spec.id, num_envs, **backend_kwargs, **spec_kwargs)
-    else:
-        multiprocess_only = set(backend_kwargs) - _fastvec_kwargs()
-        if multiprocess_only:
-            raise TypeError(
-                f"vector_kwargs {sorted(multiprocess_only)} are only for NativeVectorEnv, which cannot run "
-                f"this call ({reason})"
-            )
-        from fastvec.vector.shared import FastVectorEnv
-
-        def create_single_env() -> Env:
-            single_env = gymnasium.make(env_spec, **spec_kwargs.copy())
-            for wrapper in wrappers:
-                single_env = wrapper(single_env)
-            return single_env
-
-        env = FastVectorEnv([create_single_env for _ in range(num_envs)], **backend_kwargs)
-    return env
-
-
-def runs_natively(env_id: str | EnvSpec, env_kwargs: dict | None = None, wrappers: Sequence | None = None,
-                  vector_kwargs: dict | None = None) -> bool:
-    """Whether ``make_vec(env_id, vectorization_mode="fastvec", vector_kwargs=..., wrappers=...,
-    **env_kwargs)`` would build a NativeVectorEnv (in-process, no worker processes).
-
-    Code that builds fastvec envs inside a Ray worker asks this before it adds
-    ``context="forkserver"`` (for the worker processes of a FastVectorEnv), which the
-    native backend does not take.
-    """
-    vector_kwargs = dict(vector_kwargs or {})
-    native = vector_kwargs.pop("native", None)
-    if native is False or vector_kwargs.pop("backend", None) is not None:
-        return False
-    spec = _find_spec(env_id)
-    return native is True or _native_refusal(spec, {**spec.kwargs, **(env_kwargs or {})}, list(wrappers or []),
-                                             vector_kwargs) is None
-
-
-def _native_refusal(env_spec: EnvSpec, env_kwargs: dict, wrappers: list, backend_kwargs: dict) -> str | None:
-    """Why this call cannot use NativeVectorEnv, or None if it can."""
-    if wrappers:
-        return "custom wrappers were given"
-    if env_spec.additional_wrappers:
-        return "the env spec has additional wrappers"
-    other = sorted(set(backend_kwargs) - set(_NATIVE_VECTOR_KWARGS))
-    if other:
-        return f"vector_kwargs {other} are for the multiprocess backend"
-    env_kwargs = dict(env_kwargs)
-    render_mode = env_kwargs.pop("render_mode", None)
-    env_kwargs.pop("max_episode_steps", None)  # NativeVectorEnv takes it as its own argument
-    if not can_run_natively(env_spec.id, env_kwargs, render_mode):
-        return f"no native implementation of {env_spec.id} with kwargs {env_kwargs} and render_mode={render_mode!r}"
-    return None
+                        vector_kwargs=shard_kwargs, **ray_kwargs)
 
 
 def _wrap(original: Callable) -> Callable:

@@ -26,7 +26,7 @@ import ray
 
 from fastvec.bench import fmt_rate, fmt_time, interleaved_rates, print_table
 from fastvec.ray import RayVectorEnv
-from fastvec.vector.shared import FastVectorEnv
+from fastvec.vector.fast_vector_env import FastVectorEnv
 
 # The async section's loops (its module name is a keyword: imported by name).
 _async_bench = importlib.import_module("fastvec._bench.async")

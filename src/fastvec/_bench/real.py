@@ -45,7 +45,7 @@ import numpy as np
 from fastvec._bench.envs import BusyEnv, make_mujoco, make_pong
 from fastvec._bench.vector import step_rate
 from fastvec.bench import fmt_rate, interleaved_rates, print_table
-from fastvec.vector.shared import FastVectorEnv, _usable_cores
+from fastvec.vector.fast_vector_env import FastVectorEnv, _usable_cores
 
 SIZES = (8, 16)
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from fastvec._bench.envs import BusyEnv
 from fastvec.bench import fmt_rate, print_table
-from fastvec.vector.shared import FastVectorEnv
+from fastvec.vector.fast_vector_env import FastVectorEnv
 
 
 def _fns(num_envs: int):

@@ -52,7 +52,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from fastvec.bench import fmt_rate, interleaved_rates, print_table
-from fastvec.vector.shared import FastVectorEnv
+from fastvec.vector.fast_vector_env import FastVectorEnv
 
 #: torch's own choice of intra-op threads in this process, before anything changed it
 DEFAULT_THREADS = torch.get_num_threads()

@@ -12,7 +12,7 @@ import numpy as np
 
 from fastvec._bench.envs import BusyEnv
 from fastvec.bench import fmt_rate, interleaved_rates, print_table
-from fastvec.vector.shared import FastVectorEnv
+from fastvec.vector.fast_vector_env import FastVectorEnv
 
 
 def step_rate(step, actions: np.ndarray):

@@ -31,7 +31,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     ) from e
 
 from fastvec.integrations._sb3_env_access import ATTRIBUTE, build_env
-from fastvec.vector.shared import FastVectorEnv
+from fastvec.vector.fast_vector_env import FastVectorEnv
 
 __all__ = ["FastVecEnv", "SB3VecEnv", "to_sb3"]
 

@@ -122,11 +122,6 @@ class NativeEnvSpec:
         """The compiled env's parameters, in declaration order."""
         return [name for name, _, _ in self._info["params"]]
 
-    @property
-    def state_names(self) -> list[str]:
-        """The compiled env's state fields, in declaration order."""
-        return [name for name, _, _ in self._info["state"]]
-
     def _entry_point(self) -> Callable[..., gym.Env] | None:
         ref = self.reference
         if ref is None:

@@ -19,6 +19,8 @@ import numpy as np
 
 from fastvec.ray._packing import decode_actions, fixed_fields, result_dtype
 from fastvec.spaces import Layout
+from fastvec.vector import _backends
+from fastvec.vector.fast_vector_env import FastVectorEnv
 
 # Modules the forkserver imports once, so that the workers it forks start with them. The
 # Ray worker's __main__ stays first (multiprocessing's default): a worker whose forkserver
@@ -145,30 +147,15 @@ def _exit_with(pid: int, interval: float = 0.5) -> None:
     threading.Thread(target=watch, name="fastvec-shard-watch", daemon=True).start()
 
 
-def _single_env_maker(env_id, env_kwargs: dict, wrappers: list) -> Callable[[], Any]:
-    """Build one env as ``make_vec`` does: ``gymnasium.make(id, **kwargs)``, then the wrappers."""
-    def make():
-        import gymnasium
-
-        env = gymnasium.make(env_id, **dict(env_kwargs))
-        for wrapper in wrappers:
-            env = wrapper(env)
-        return env
-
-    return make
-
-
 def _build(source: tuple, n: int, autoreset_mode, vector_kwargs: dict):
     """The shard's local vector env: ``source`` is ("fns", env_fns) or ("id", id, env_kwargs, wrappers).
 
     Defaults for a shard (each overridden by ``vector_kwargs``): FastVectorEnv starts its
     workers with ``forkserver`` (forking a Ray worker can hang), one per reserved CPU, not
     pinned (other shards may share the node), each dying with its parent (see
-    :class:`DieWithActor`); NativeVectorEnv uses as many threads as reserved CPUs.
+    :class:`DieWithActor`); NativeVectorEnv uses as many threads as reserved CPUs. The
+    backend is chosen as for ``make_vec(..., vectorization_mode="fastvec")``.
     """
-    from fastvec import registration
-    from fastvec.vector.shared import FastVectorEnv
-
     kwargs = dict(vector_kwargs)
     kwargs.setdefault("autoreset_mode", autoreset_mode)
     cpus = _assigned_cpus()
@@ -179,12 +166,12 @@ def _build(source: tuple, n: int, autoreset_mode, vector_kwargs: dict):
     else:
         _, env_id, env_kwargs, wrappers = source
         wrappers = list(wrappers or [])
-        if registration.runs_natively(env_id, env_kwargs, wrappers, {**kwargs, "native": native}):
+        if _backends.runs_natively(env_id, env_kwargs, wrappers, {**kwargs, "native": native}):
             kwargs.setdefault("num_threads", cpus)
             if native is not None:
-                kwargs["native"] = native  # (native=True that cannot be honoured: make_vec says why)
-            return registration.make_vec(env_id, n, registration.MODE, kwargs, wrappers, **env_kwargs)
-        fns = [_single_env_maker(env_id, env_kwargs, wrappers)] * n
+                kwargs["native"] = native  # (native=True that cannot be honoured: make_local says why)
+            return _backends.make_local(*_backends.resolve(env_id, n, kwargs, wrappers, env_kwargs))
+        fns = [_backends.single_env_maker(env_id, env_kwargs, wrappers)] * n
     for key, value in multiprocess.items():
         kwargs.setdefault(key, value)
     if kwargs["context"] == "forkserver":
@@ -377,7 +364,3 @@ def shard_ranges(num_envs: int, num_shards: int) -> list[tuple[int, int]]:
         ranges.append((start, stop))
         start = stop
     return ranges
-
-
-def is_failure(reply: Any) -> bool:
-    return type(reply) is Failure

@@ -5,20 +5,18 @@ import multiprocessing
 import pickle
 import time
 import weakref
-from enum import Enum
 from typing import Any, Callable, Sequence
 
 import numpy as np
 import ray
 from gymnasium import Env, logger
 from gymnasium.envs.registration import EnvSpec
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from fastvec.errors import annotate
 from fastvec.errors import (
     AlreadyPendingCallError,
-    ClosedEnvironmentError,
     NoAsyncCallError,
     RemoteTraceback,
     WorkerDiedError,
@@ -37,6 +35,7 @@ from fastvec.ray._shard import Failure, Shard, shard_ranges
 from fastvec.spaces import Layout
 from fastvec.vector._arguments import (check_no_ended_envs, check_synchronous, checked_batch_size, checked_count,
                                        seeds_per_env, split_reset_options)
+from fastvec.vector._worker_vector_env import CallState, WorkerVectorEnv
 
 __all__ = ["RayVectorEnv", "DEFAULT_SHARD_OPTIONS"]
 
@@ -59,13 +58,6 @@ def _actor_class():
     return _ACTOR_CLASS
 
 
-class _State(Enum):
-    DEFAULT = "default"
-    WAITING_RESET = "reset"
-    WAITING_STEP = "step"
-    WAITING_CALL = "call"
-
-
 def _kill_actors(actors: list) -> None:
     """End every shard at once (garbage collection, interpreter exit, a fault)."""
     if not ray.is_initialized():
@@ -77,7 +69,7 @@ def _kill_actors(actors: list) -> None:
             pass
 
 
-class RayVectorEnv(VectorEnv):
+class RayVectorEnv(WorkerVectorEnv):
     """A Gymnasium vector env over Ray: the envs split into shards, one Ray actor each.
 
     Env ``i`` of ``num_envs`` lives in the shard that holds the contiguous range around it
@@ -145,6 +137,7 @@ class RayVectorEnv(VectorEnv):
     """
 
     closed = True
+    _WORKER = "shard"
 
     def __init__(
         self,
@@ -201,8 +194,7 @@ class RayVectorEnv(VectorEnv):
             num_shards = min(self.num_envs, max(1, sum(1 for node in ray.nodes() if node.get("Alive"))))
         self.num_shards = checked_count(num_shards, self.num_envs, "num_shards")
         self._ranges = shard_ranges(self.num_envs, self.num_shards)
-        self._starts = [a for a, _ in self._ranges]
-        self._stops = [b for _, b in self._ranges]
+        self._init_workers([a for a, _ in self._ranges], [b for _, b in self._ranges])
         self.batch_size = checked_batch_size(batch_size, self.num_envs, self.num_shards, "shard")
         if shard_options is None or isinstance(shard_options, dict):
             per_shard_options = [dict(shard_options or {}) for _ in range(self.num_shards)]
@@ -298,16 +290,12 @@ class RayVectorEnv(VectorEnv):
             self._copies.append(pairs)
         self._single_obs = self._obs_bufs[0] if self._obs_layout.is_leaf and self._fields[0] is not None else None
         self._step_methods = [actor.step for actor in self._actors]
-        self._state = _State.DEFAULT
         self._pending: list[tuple[int, Any]] = []  # (shard, ref) of the call in progress
-        self._autoreset_envs = np.zeros(self.num_envs, np.bool_)
         self._all_shards = list(range(self.num_shards))
         self._all_rows = np.arange(self.num_envs)
-        # send/recv: the shards with a command out (shard -> ref), those handed back by recv
+        # send/recv: the shards with a command out, shard -> ref (those handed back by recv: _ready)
         self._inflight: dict[int, Any] = {}
-        self._ready = set(self._all_shards)
         self._next_shard = 0
-        self._shard_of_env = np.repeat(np.arange(self.num_shards), np.diff([0, *self._stops]))
         self._nodes_checked = time.monotonic()
 
     # -- properties ----------------------------------------------------------------------
@@ -335,7 +323,7 @@ class RayVectorEnv(VectorEnv):
     def step_async(self, actions) -> None:
         """Send each shard its envs' actions and return at once (AsyncVectorEnv API)."""
         self._assert_is_running()
-        self._assert_idle("step_async")
+        self._assert_no_pending_call("step_async")
         check_synchronous("RayVectorEnv", self.batch_size, self.num_envs)
         if self._inflight:
             raise AlreadyPendingCallError("send/recv has commands in flight: recv() them first", "recv")
@@ -344,13 +332,13 @@ class RayVectorEnv(VectorEnv):
         parts = self._split_actions(actions, self._all_shards, None)
         self._check_ray()
         self._pending = [(k, method.remote(part)) for k, (method, part) in enumerate(zip(self._step_methods, parts))]
-        self._state = _State.WAITING_STEP
+        self._state = CallState.WAITING_STEP
 
     def step_wait(self, timeout: float | None = None):
         """Wait for the step sent by :meth:`step_async`; ``multiprocessing.TimeoutError`` after ``timeout`` s."""
-        self._expect(_State.WAITING_STEP, "step_wait")
+        self._assert_pending(CallState.WAITING_STEP, "step_wait")
         replies = self._get(self._pending, timeout, "step_wait")
-        self._state = _State.DEFAULT
+        self._state = CallState.DEFAULT
         infos = self._unpack(replies, self._all_rows_of, self.num_envs)
         if self._autoreset_disabled:
             np.logical_or(self._terminations, self._truncations, out=self._autoreset_envs)
@@ -417,15 +405,10 @@ class RayVectorEnv(VectorEnv):
         return leaves[0] if self._obs_layout.is_leaf else self._obs_layout.join(leaves)
 
     # -- reset ------------------------------------------------------------------------------
-    def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None):
-        """Reset the envs (all, or those in ``options["reset_mask"]``); env i gets seed + i."""
-        self.reset_async(seed=seed, options=options)
-        return self.reset_wait()
-
     def reset_async(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
         """Send the resets to the shards and return at once (AsyncVectorEnv API)."""
         self._assert_is_running()
-        self._assert_idle("reset_async")
+        self._assert_no_pending_call("reset_async")
         seeds = seeds_per_env(seed, self.num_envs)
         options, mask = split_reset_options(options, self.num_envs)
         self._drain()
@@ -445,13 +428,13 @@ class RayVectorEnv(VectorEnv):
         else:
             self._autoreset_envs[mask] = False
         self._pending = pending
-        self._state = _State.WAITING_RESET
+        self._state = CallState.WAITING_RESET
 
     def reset_wait(self, timeout: float | None = None):
         """Wait for the resets sent by :meth:`reset_async`; returns (obs, infos)."""
-        self._expect(_State.WAITING_RESET, "reset_wait")
+        self._assert_pending(CallState.WAITING_RESET, "reset_wait")
         replies = self._get(self._pending, timeout, "reset_wait")
-        self._state = _State.DEFAULT
+        self._state = CallState.DEFAULT
         infos = self._unpack(replies, self._all_rows_of, self.num_envs)
         return self._observations(), infos
 
@@ -461,18 +444,16 @@ class RayVectorEnv(VectorEnv):
         self.reset_async(seed=seed, options=options)
         self._inflight = dict(self._pending)
         self._pending = []
-        self._ready = set(self._all_shards) - set(self._inflight)
-        self._state = _State.DEFAULT
+        self._ready[:] = 1
+        self._ready[list(self._inflight)] = 0
+        self._state = CallState.DEFAULT
 
     def send(self, actions, env_ids=None) -> None:
         """Start stepping the envs ``env_ids`` (whole shards not already stepping) with
         ``actions`` (row k for env ``env_ids[k]``). Default ``env_ids``: every env handed
         back by the last :meth:`recv` (all envs after :meth:`reset`)."""
         self._assert_is_running()
-        self._assert_idle("send")
-        if env_ids is None:
-            shards = sorted(self._ready)
-            env_ids = np.concatenate([self._all_rows_of(k) for k in shards]) if shards else np.zeros(0, np.int64)
+        self._assert_no_pending_call("send")
         shards, positions = self._send_targets(env_ids)
         busy = [k for k in shards if k in self._inflight]
         if busy:
@@ -486,21 +467,13 @@ class RayVectorEnv(VectorEnv):
         self._check_ray()
         for k, part in zip(shards, parts):
             self._inflight[k] = self._step_methods[k].remote(part)
-            self._ready.discard(k)
+            self._ready[k] = 0
 
     def _send_targets(self, env_ids) -> tuple[list[int], dict[int, slice | np.ndarray]]:
-        """The shards ``env_ids`` covers (whole shards only) and, per shard, the rows of
-        the actions that go to its envs, in env order."""
-        env_ids = np.asarray(env_ids)
-        if env_ids.ndim != 1 or env_ids.dtype.kind not in "iu" or len(env_ids) == 0:
-            raise ValueError(f"env_ids must be a non-empty 1-D integer array, got {env_ids!r}")
-        ids = env_ids.tolist()
-        if min(ids) < 0 or max(ids) >= self.num_envs or len(set(ids)) != len(ids):
-            raise ValueError(f"env_ids must be distinct env indices in [0, {self.num_envs}), got {ids}")
-        shards = sorted(set(self._shard_of_env[env_ids].tolist()))
-        if sum(self._stops[k] - self._starts[k] for k in shards) != len(ids):
-            raise ValueError(f"env_ids {ids} split shards: send whole shards' envs "
-                             f"(shard ranges {[(self._starts[k], self._stops[k] - 1) for k in shards]})")
+        """The shards ``env_ids`` covers (whole shards only; see ``_whole_workers``) and, per
+        shard, the rows of the actions that go to its envs, in env order."""
+        shards, rows = self._whole_workers(env_ids)
+        ids = list(range(rows.start, rows.stop)) if isinstance(rows, slice) else rows.tolist()
         where = {env: position for position, env in enumerate(ids)}
         positions = {}
         for k in shards:
@@ -547,7 +520,7 @@ class RayVectorEnv(VectorEnv):
         replies = self._get(pairs, None, "recv")
         for k in got:
             del self._inflight[k]
-            self._ready.add(k)
+            self._ready[k] = 1
         offsets, total = {}, 0
         for k in got:
             offsets[k] = total
@@ -578,94 +551,42 @@ class RayVectorEnv(VectorEnv):
         failures = [(k, reply) for k, reply in replies if type(reply) is Failure]
         if failures:
             self._raise_failures(failures, close=True)
-        self._ready = set(self._all_shards)
+        self._ready[:] = 1
 
-    # -- call / attributes ------------------------------------------------------------------
-    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        """Call ``name`` on every env (or read it, if not callable); results in env order."""
-        self.call_async(name, *args, **kwargs)
-        return self.call_wait()
-
-    def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
-        """Start :meth:`call` without waiting for it (AsyncVectorEnv API)."""
-        self._start_call(lambda k, actor: actor.call.remote(name, args, kwargs))
-
-    def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
-        """Wait for the results of :meth:`call_async`, in env order."""
-        self._expect(_State.WAITING_CALL, "call_wait")
-        return self._finish_call(timeout, "call_wait")
-
+    # -- call / attributes (the rest: WorkerVectorEnv) ----------------------------------------
     def get_attr(self, name: str) -> tuple[Any, ...]:
         """Get an attribute from every env, in env order."""
-        self._start_call(lambda k, actor: actor.get_attr.remote(name))
+        self._start_call("get_attr", lambda k: (name,))
         return self._finish_call(None, "get_attr")
 
     def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
         """Set an attribute on every env: one value for all, or a list/tuple of ``num_envs`` values."""
-        self._assert_is_running()
-        if not isinstance(values, (list, tuple)):
-            values = [values for _ in range(self.num_envs)]
-        if len(values) != self.num_envs:
-            raise ValueError(
-                "Values must be a list or tuple with length equal to the number of environments. "
-                f"Got `{len(values)}` values for {self.num_envs} environments."
-            )
-        self._start_call(lambda k, actor: actor.set_attr.remote(name, list(values[self._starts[k]:self._stops[k]])))
+        values = self._values_per_env(values)
+        self._start_call("set_attr", lambda k: (name, list(values[self._starts[k]:self._stops[k]])))
         self._finish_call(None, "set_attr")
 
     def render(self) -> tuple[Any, ...] | None:
         """Render every env (``render_mode`` set at construction); one frame per env."""
-        self._start_call(lambda k, actor: actor.render.remote())
+        self._start_call("render", lambda k: ())
         return self._finish_call(None, "render")
 
-    @property
-    def np_random_seed(self) -> tuple[int, ...]:
-        """The envs' ``np_random_seed``, in env order."""
-        return self.get_attr("np_random_seed")
-
-    @property
-    def np_random(self) -> tuple[np.random.Generator, ...]:
-        """Copies of the envs' ``np_random`` generators, in env order."""
-        return self.get_attr("np_random")
-
-    def _start_call(self, submit: Callable) -> None:
-        self._assert_is_running()
-        self._assert_idle("call_async")
+    def _send_command(self, command: str, payload_of: Callable[[int], tuple]) -> None:
+        """Call the shards' method ``command`` (``Shard.call``, ``get_attr``, ``set_attr``, ``render``)."""
         if self._inflight:
             raise AlreadyPendingCallError("send/recv has commands in flight: recv() them first", "recv")
         self._check_ray()
-        self._pending = [(k, submit(k, actor)) for k, actor in enumerate(self._actors)]
-        self._state = _State.WAITING_CALL
+        self._pending = [(k, getattr(actor, command).remote(*payload_of(k))) for k, actor in enumerate(self._actors)]
 
-    def _finish_call(self, timeout: float | None, caller: str):
-        try:
-            replies = self._get(self._pending, timeout, caller)
-        except multiprocessing.TimeoutError:
-            raise
-        except BaseException:
-            self._state = _State.DEFAULT
-            raise
-        self._state = _State.DEFAULT
+    def _wait_replies(self, timeout: float | None, caller: str) -> list[tuple[int, Any]]:
+        """The shards' replies; the envs' exceptions re-raised (the vector env stays open)."""
+        replies = self._get(self._pending, timeout, caller)
         failures = [(k, reply) for k, reply in replies if type(reply) is Failure]
         if failures:
+            self._state = CallState.DEFAULT  # the call is over, whatever an env raised (a TimeoutError too)
             self._raise_failures(failures, close=False)
-        if all(reply is None for _, reply in replies):
-            return None
-        return tuple(result for _, results in replies for result in results)
+        return replies
 
     # -- waiting and errors ------------------------------------------------------------------
-    def _assert_idle(self, caller: str) -> None:
-        if self._state is not _State.DEFAULT:
-            raise AlreadyPendingCallError(
-                f"Calling `{caller}` while waiting for a pending call to `{self._state.value}` to complete.",
-                str(self._state.value),
-            )
-
-    def _expect(self, state: _State, caller: str) -> None:
-        self._assert_is_running()
-        if self._state is not state:
-            raise NoAsyncCallError(f"Calling `{caller}` without any prior call to `{state.value}_async`.", state.value)
-
     def _check_ray(self) -> None:
         """A call on a shard of a Ray that was shut down would start a new Ray and fail there."""
         if not ray.is_initialized():
@@ -789,17 +710,13 @@ class RayVectorEnv(VectorEnv):
     def _env_range(self, k: int) -> str:
         return f"{self._starts[k]}..{self._stops[k] - 1}"
 
-    def _assert_is_running(self) -> None:
-        if self.closed:
-            raise ClosedEnvironmentError(f"Trying to operate on `{type(self).__name__}`, after a call to `close()`.")
-
     # -- closing ------------------------------------------------------------------------------
     def close_extras(self, timeout: float | None = None, terminate: bool = False) -> None:
         """Close the shards' envs (politely, for up to ``timeout`` s, default 5), then kill the actors."""
         if self._actors is not None and not terminate and ray.is_initialized():
             pending = [ref for _, ref in self._pending] + list(self._inflight.values())
             if pending:
-                if self._state is not _State.DEFAULT:
+                if self._state is not CallState.DEFAULT:
                     logger.warn(f"Calling `close` while waiting for a pending call to `{self._state.value}` to complete.")
                 try:
                     ray.wait(pending, num_returns=len(pending), timeout=5.0 if timeout is None else timeout)
@@ -813,7 +730,7 @@ class RayVectorEnv(VectorEnv):
         self._shutdown(terminate=True)
 
     def _shutdown(self, terminate: bool = True) -> None:
-        self._state = _State.DEFAULT
+        self._state = CallState.DEFAULT
         self._pending = []
         self._inflight = {}
         if self._finalizer is not None:
@@ -821,12 +738,6 @@ class RayVectorEnv(VectorEnv):
         self._actors = None
         self._step_methods = []
         self.closed = True
-
-    def __enter__(self) -> "RayVectorEnv":
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         name = self.env_id or "env_fns"

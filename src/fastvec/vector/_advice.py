@@ -1,4 +1,4 @@
-"""Settings that are bound to make a training loop slow, named once with their fix.
+"""Caller side: settings that are bound to make a training loop slow, named once with their fix.
 
 Checked the first time the caller is seen keeping more than one core busy between steps
 (torch at its default threads, see ``WorkerPool.step_started``): only then do these

@@ -1,4 +1,4 @@
-"""Checks of the arguments fastvec's vector envs share (FastVectorEnv, RayVectorEnv)."""
+"""Caller side: checks of the arguments fastvec's vector envs share (FastVectorEnv, RayVectorEnv)."""
 from __future__ import annotations
 
 from typing import Any, Sequence

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""The per-env loop of a FastVectorEnv step, compiled.
+"""Worker side (and the caller's own share): the per-env loop of a FastVectorEnv step, compiled.
 
 A worker (and the calling process, for its own share of the envs) steps its
 envs one after the other. The envs are Python objects, so this loop holds the

@@ -1,4 +1,4 @@
-"""Infos as data: each env's info values in a row of shared memory, vectorized by the caller.
+"""Both sides: infos as data: each env's info values in a row of shared memory, vectorized by the caller.
 
 Real envs return an info dict on every step (MuJoCo: ``x_position``, ``reward_ctrl``, ...;
 Atari: ``lives``, ``frame_number``; ``RecordEpisodeStatistics``: ``episode = {r, l, t}``).

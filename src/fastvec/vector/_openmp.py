@@ -1,4 +1,4 @@
-"""The calling process's OpenMP runtimes, and releasing their idle threads while a step waits.
+"""Caller side: the calling process's OpenMP runtimes, and releasing their idle threads while a step waits.
 
 An OpenMP runtime keeps the threads of its pool busy-waiting for a while after each
 parallel region, in case another comes soon: GNU libgomp (the runtime of PyTorch's Linux

@@ -1,56 +1,51 @@
-"""The worker processes of a FastVectorEnv and the hand-offs with them.
+"""Caller side: the workers of a FastVectorEnv and the waits for them.
 
-:class:`WorkerPool` starts the workers, runs the handshake (the envs' spaces, then the
-shared block), hands out commands, waits for them (:mod:`fastvec.vector._sync`), reads
-what each worker left beside its results, and turns every fault into an exception in the
-caller: an env's own exception re-raised with its type, a dead worker as
-:class:`~fastvec.errors.WorkerDiedError`. With ``step_in_caller=True`` the first worker's
-share runs in the calling process, through the same :class:`_Worker` code.
+:class:`WorkerPool` holds the workers (a :class:`~fastvec.vector._remote_worker.RemoteWorker`
+per process, and with ``step_in_caller=True`` the caller's own share first, a
+:class:`~fastvec.vector._caller_share.CallerShare` with the same commands), runs the
+handshake (the envs' spaces, then the shared block), hands out commands, waits for them
+(:mod:`fastvec.vector._sync`), reads what each worker left beside its results, and raises
+every fault in the caller (:mod:`fastvec.vector._worker_faults` says how).
 """
 from __future__ import annotations
 
 import multiprocessing
-import os
-import pickle
-import signal
 import time
 import weakref
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
-from gymnasium import Env, logger
-from gymnasium.vector.utils import CloudpickleWrapper, clear_mpi_env_vars
+from gymnasium import Env
+from gymnasium.vector.utils import clear_mpi_env_vars
 
-from fastvec.errors import RemoteTraceback, WorkerDiedError, WorkerError, annotate
+from fastvec.errors import WorkerDiedError, annotate
 from fastvec.spaces import Layout
 from fastvec.vector import _protocol, _sync
-from fastvec.vector._protocol import LIVENESS_INTERVAL, QUIET_BITS, RECOVERABLE, Command, Status
 from fastvec.vector._advice import warn_slow_settings_once
+from fastvec.vector._caller_share import CallerShare
 from fastvec.vector._openmp import OpenMPRelease
+from fastvec.vector._protocol import LIVENESS_INTERVAL, QUIET_BITS
+from fastvec.vector._protocol import STATUS_CALL_ERROR as _CALL_ERROR
+from fastvec.vector._protocol import STATUS_INFOS as _INFOS
+from fastvec.vector._protocol import STATUS_MESSAGE as _MESSAGE
+from fastvec.vector._protocol import STATUS_OK as _OK
+from fastvec.vector._remote_worker import RemoteWorker, end_workers, usable_cpus
 from fastvec.vector._shared_buffer import Section, SharedBuffer
-from fastvec.vector._worker import THINK_WINDOW_S, _Worker, worker_main
+from fastvec.vector._worker import THINK_WINDOW_S, _Worker
+from fastvec.vector._worker_faults import RecoverableError, in_caller, log_failed_workers, remote_exception, worker_died
 
-# Module aliases of the enum members the per-step path reads: on Python 3.11 every
-# ``SomeEnum.MEMBER`` lookup costs ~0.2 µs.
-_STEP, _STEP_PIPE, _PIPE = Command.STEP, Command.STEP_PIPE, Command.PIPE
-_OK, _MESSAGE, _CALL_ERROR, _INFOS = Status.OK, Status.MESSAGE, Status.CALL_ERROR, Status.INFOS
-_INFOS_BIT = 1 << Status.INFOS
+__all__ = ["WorkerPool", "usable_cpus"]
+
+_INFOS_BIT = 1 << _INFOS
 # The longest the caller spins (yielding) for the last worker before it blocks (see wait).
 MAX_TAIL_SPIN_S = 1e-3
 # A caller back within this time of a step's results ran no OpenMP parallel region since the
 # last release worth a C call per step (a tight stepping loop): no release then.
 MIN_THINK_FOR_RELEASE_S = 30e-6
+# One long pause between steps (an update between rollouts) counts as this long, not as forever.
 MAX_THINK_S = 0.01
 # Commands shorter than this on average are waited for by spinning (yielding) from the start.
 SHORT_WAIT_S = 200e-6
-
-
-def usable_cpus() -> set:
-    """The CPUs this process may run on."""
-    try:
-        return os.sched_getaffinity(0)
-    except AttributeError:  # pragma: no cover - macOS, Windows
-        return set(range(os.cpu_count() or 1))
 
 
 class WorkerPool:
@@ -101,58 +96,33 @@ class WorkerPool:
         #: (``release()``) at shutdown (weak: the holders refer to the pool, and a cycle would
         #: keep the pool's processes and pipes until the next garbage collection)
         self.views: list[weakref.ref] = []
-        self.local: _Worker | None = None  # the caller's own share, with step_in_caller
+        #: every worker, by index: the caller's own share (with step_in_caller) and then
+        #: a RemoteWorker per process, all taking the same commands
+        self.workers: list = []
+        self.local: CallerShare | None = None  # the caller's own share, with step_in_caller
+        self._remote: list[RemoteWorker] = []  # the worker processes, filled as they start
         self._local_envs: list = []
-        self._local_job = None  # (phase, method, args) the caller runs at the next wait
-        self._local_step_job = None  # the step's local job, built once
-        #: what the caller's own share of the pending command gave ((status, reply), or the
-        #: _RecoverableError it raised), kept until the wait for the workers is over
-        self.local_outcome = None
-        self._received: dict = {}  # worker -> the message read_statuses took off its pipe
-        self._processes: list = []
-        self._pipes: list = []
         self._buffers: list = [None]
         # Ends the workers when the vector env is garbage collected or the interpreter exits.
-        self._finalizer = weakref.finalize(owner, _finalize, self._processes, self._pipes, self._buffers,
-                                           self._local_envs)
+        self._finalizer = weakref.finalize(owner, end_workers, self._remote, self._buffers, self._local_envs)
         try:
             self._start(multiprocessing.get_context(context), daemon, worker_spin_s, pin_workers)
         except BaseException:
             self.shutdown(terminate=True)
             raise
 
-    # -- construction ---------------------------------------------------------------------
+    # -- construction and the handshake ------------------------------------------------------
     def _start(self, ctx, daemon: bool, spin_s: float, pin_workers: bool | None) -> None:
-        parent_pid = os.getpid()
         cpus = self._worker_cpus(pin_workers)
+        if self.step_in_caller:
+            self.workers.append(None)  # (the caller's own share, once the block exists: attach)
         with clear_mpi_env_vars():
-            for w in self.all_workers:
-                if w == 0 and self.step_in_caller:
-                    self._pipes.append(None)
-                    self._processes.append(None)
-                    continue
-                parent_pipe, child_pipe = ctx.Pipe()
-                fns = [CloudpickleWrapper(fn) for fn in self._env_fns[self.starts[w]:self.stops[w]]]
-                process = ctx.Process(
-                    target=worker_main,
-                    name=f"Worker<FastVectorEnv>-{w}",
-                    args=(w, fns, self.starts[w], child_pipe, parent_pipe, parent_pid,
-                          self._autoreset_mode, spin_s, cpus[w], pin_workers is None),
-                    daemon=daemon,
-                )
-                self._pipes.append(parent_pipe)
-                self._processes.append(process)
-                try:
-                    process.start()
-                except (pickle.PicklingError, TypeError, AttributeError) as exc:
-                    raise TypeError(
-                        f"could not send the env constructors of envs {self.env_range(w)} "
-                        f"to a worker process started with {ctx.get_start_method()!r}: {exc}. "
-                        "Constructors must be picklable (cloudpickle handles lambdas and closures) "
-                        "unless the start method is 'fork'."
-                    ) from exc
-                finally:
-                    child_pipe.close()
+            for w in self.remote_workers:
+                self._remote.append(RemoteWorker(
+                    ctx, w, self.starts[w], self._env_fns[self.starts[w]:self.stops[w]], daemon=daemon,
+                    autoreset_mode=self._autoreset_mode, spin_s=spin_s, cpu=cpus[w],
+                    follow_caller=pin_workers is None))
+                self.workers.append(self._remote[-1])
 
     def _worker_cpus(self, pin: bool | None) -> list:
         """The CPU each worker is pinned to (None: not pinned), see FastVectorEnv's ``pin_workers``
@@ -187,62 +157,61 @@ class WorkerPool:
     def attach(self, sections: list[Section], size: int, obs_layout: Layout | None, act_layout: Layout) -> SharedBuffer:
         """Create the shared block, hand it to every worker, and return it once they have mapped it."""
         buffer = self._buffers[0] = SharedBuffer(sections, size)
-        for w in self.remote_workers:
-            _protocol.send(self._pipes[w], ("attach", sections, size, obs_layout, act_layout))
-            buffer.send(self._pipes[w], self._processes[w].pid)
+        for worker in self._remote:
+            _protocol.send(worker.pipe, ("attach", sections, size, obs_layout, act_layout))
+            buffer.send(worker.pipe, worker.pid)
         for w in self.remote_workers:
             message = self.recv(w)
             if message[0] == "error":
                 self.raise_remote(w, message)
         buffer.release_fd()  # every worker has mapped it: from now on only mappings keep it
         self.ctrl = buffer["ctrl"]
+        for worker in self._remote:
+            worker.ctrl = self.ctrl
         if self.step_in_caller:
-            self.local = _Worker(0, self._local_envs, 0, self._autoreset_mode, buffer, obs_layout, act_layout)
-            self._local_step_job = ("step", self.local.step, ())
+            self.local = self.workers[0] = CallerShare(
+                _Worker(0, self._local_envs, 0, self._autoreset_mode, buffer, obs_layout, act_layout), self.fail_local)
         return buffer
 
     @property
     def processes(self) -> list:
         """The worker processes (the caller's own share, if any, has none)."""
-        return [p for p in self._processes if p is not None]
+        return [worker.process for worker in self._remote]
 
     def env_range(self, w: int) -> str:
         return f"{self.starts[w]}..{self.stops[w] - 1}"
 
     # -- commands ---------------------------------------------------------------------------
     def dispatch(self, w: int, name: str, payload: tuple) -> None:
-        """Hand worker ``w`` a pipe command (the caller's own share runs at the next wait)."""
-        self.forget_abandoned((w,))
-        if w == 0 and self.local is not None:
-            method = {"reset": self.local.reset, "call": self.local.call, "setattr": self.local.set_attr}[name]
-            self._local_job = (name, method, payload)
-            return
-        _protocol.send(self._pipes[w], (name, payload))
-        _sync.send_command(self.ctrl, w, _PIPE)
+        """Hand worker ``w`` a pipe command (the caller's own share runs it at the next wait)."""
+        worker = self.workers[w]
+        worker.forget()
+        worker.dispatch(name, payload)
 
     def forget_abandoned(self, workers) -> None:
         """Drop what a wait that was interrupted and then given up kept for ``workers``' last
         command (the caller's own share's outcome, messages read off their pipes): a new
         command to them is about to start."""
-        self.local_outcome = None
+        all_workers = self.workers
         for w in workers:
-            self._received.pop(w, None)
+            all_workers[w].forget()
 
     def start_steps(self, workers, per_env: list | None, env_ids=None, direct: np.ndarray | None = None) -> None:
         """Tell ``workers`` to step: the actions are in the shared slabs (``per_env`` None)
         or, one per env, in ``per_env`` for the pipes (row k for env ``env_ids[k]``;
         default: env k). The caller's own share, if any, runs at the next wait, with its
         rows of ``direct`` (every env's actions, as they went into the slabs) when given."""
-        ctrl = self.ctrl
         self.forget_abandoned(workers)
         self.step_started(time.perf_counter())
+        all_workers = self.workers
+        local = self.local
         if per_env is None:
             for w in workers:
-                if w == 0 and self.local is not None:
-                    self._local_job = (self._local_step_job if direct is None
-                                       else ("step", self.local.step, (direct[: self.stops[0]],)))
+                worker = all_workers[w]
+                if worker is local:
+                    local.start_step(actions=direct)
                 else:
-                    _sync.send_command(ctrl, w, _STEP)
+                    worker.start_step()
             return
         position = None if env_ids is None else {e: k for k, e in enumerate(np.asarray(env_ids).tolist())}
         for w in workers:
@@ -250,11 +219,7 @@ class WorkerPool:
                 chunk = per_env[self.starts[w]:self.stops[w]]
             else:
                 chunk = [per_env[position[e]] for e in range(self.starts[w], self.stops[w])]
-            if w == 0 and self.local is not None:
-                self._local_job = ("step", self.local.step, (chunk,))
-            else:
-                _protocol.send(self._pipes[w], chunk)
-                _sync.send_command(ctrl, w, _STEP_PIPE)
+            all_workers[w].start_step(chunk)
 
     # -- waiting ------------------------------------------------------------------------------
     def wait(self, pending: np.ndarray, timeout: float | None, caller: str,
@@ -269,20 +234,18 @@ class WorkerPool:
         was sent (``time.perf_counter()``), if before this call. ``spun``: the caller has
         already spun for the workers as long as this wait would (:meth:`tail_spin_s`), so
         this one blocks after the shortest spin. (The compiled step runs the caller's own
-        share itself and leaves its outcome in :attr:`local_outcome`.)
+        share itself and leaves its outcome in the share's ``outcome``.)
         """
         if started is None:
             started = time.perf_counter()
         deadline = None if timeout is None else started + timeout
-        if self._local_job is not None:
-            try:
-                self.local_outcome = self._run_local_job()
-            except _RecoverableError as exc:
-                self.local_outcome = exc  # raised once the workers have answered too
-        # (the step's mask, remote_mask, never holds the caller's own worker 0)
-        if self.local is not None and pending is not self.remote_mask and pending[0]:
-            pending = pending.copy()
-            pending[0] = 0
+        local = self.local
+        if local is not None:
+            local.run_pending()  # (a call's error is kept, and raised once the workers have answered too)
+            # (the step's mask, remote_mask, never holds the caller's own worker 0)
+            if pending is not self.remote_mask and pending[0]:
+                pending = pending.copy()
+                pending[0] = 0
         bits = _sync.done_status_bits(self.ctrl, pending)
         if bits < 0:  # (else all were done already: the caller's own share took longest)
             self._wait_until_done(pending, deadline, timeout, caller, spun)
@@ -290,11 +253,11 @@ class WorkerPool:
         self.record_command_time(started)
         # The caller's own share's outcome is kept until the workers are done, so that a wait
         # interrupted there (Ctrl-C, a timeout) and resumed does not lose it.
-        outcome, self.local_outcome = self.local_outcome, None
+        outcome = None if local is None else local.take_outcome()
         replies: list = []
         call_errors: list = []
         infos_seen = False
-        if isinstance(outcome, _RecoverableError):
+        if isinstance(outcome, RecoverableError):
             call_errors.append((0, outcome.error))
         elif outcome is not None:
             status, reply = outcome
@@ -397,7 +360,8 @@ class WorkerPool:
         count = 0
         if self.local is not None and pending[0]:
             # The caller's own share runs now, synchronously: it is the first one ready.
-            status, reply = self._run_local_job()
+            self.local.run_pending()
+            status, reply = self.local.take_outcome() or (None, None)
             if status == _MESSAGE:
                 replies.append((0, reply))
             infos_seen = status == _INFOS
@@ -418,7 +382,7 @@ class WorkerPool:
             got.append(w)
             count += self.stops[w] - self.starts[w]
         got.sort()
-        remote = [w for w in got if not (w == 0 and self.local is not None)]
+        remote = [w for w in got if self.workers[w] is not self.local]
         infos_seen = self.read_statuses(remote, replies, []) or infos_seen
         return got, replies, infos_seen
 
@@ -430,18 +394,18 @@ class WorkerPool:
         resumes, which would otherwise wait for them on an empty pipe for ever."""
         errors = []
         infos_seen = False
-        received = self._received
+        all_workers = self.workers
         statuses = [(w, _sync.status(self.ctrl, w)) for w in workers]
         for w, status in statuses:  # first every message off its pipe (this may be interrupted) ...
-            if status not in (_OK, _INFOS) and w not in received:
-                received[w] = self.recv(w)
+            if status not in (_OK, _INFOS) and not all_workers[w].has_received():
+                all_workers[w].received = self.recv(w)
         for w, status in statuses:  # ... then, with nothing left to block on, sort them
             if status == _OK:  # the common case: nothing on the pipe
                 continue
             if status == _INFOS:
                 infos_seen = True
                 continue
-            message = received.pop(w)
+            message = all_workers[w].take_received()
             if status == _MESSAGE:
                 replies.append((w, message))
             elif status == _CALL_ERROR:
@@ -454,7 +418,7 @@ class WorkerPool:
 
     def recv(self, w: int, timeout: float | None = None):
         """Receive from worker w's pipe, raising if the worker dies or the timeout passes."""
-        pipe = self._pipes[w]
+        pipe = self.workers[w].pipe
         deadline = None if timeout is None else time.perf_counter() + timeout
         while not pipe.poll(LIVENESS_INTERVAL):
             self.check_alive(w)
@@ -466,150 +430,57 @@ class WorkerPool:
             self.check_alive(w, wait=1.0)
             raise WorkerDiedError(f"worker {w} (envs {self.env_range(w)}) closed its pipe unexpectedly", w)
 
-    def is_idle(self, w: int) -> bool:
-        """Whether worker ``w`` has finished its last command."""
-        return _sync.is_done(self.ctrl, w)
-
     # -- faults ---------------------------------------------------------------------------------
-    def _run_local_job(self) -> tuple[int | None, Any]:
-        """Run the caller's own share of the pending command; its (status, reply)."""
-        if self._local_job is None:
-            return None, None
-        phase, method, args = self._local_job
-        self._local_job = None
-        try:
-            return method(*args)
-        except Exception as exc:
-            if phase in RECOVERABLE:
-                annotate(exc, self.local.current_env,
-                         f"raised by env {self.local.current_env} in the calling process during {phase}.")
-                raise _RecoverableError(exc) from None
-            self.fail_local(exc, phase)
-        except BaseException as exc:
-            self.fail_local(exc, phase)
-
     def fail_local(self, exc: BaseException, phase: str) -> None:
         """Re-raise ``exc``, raised by the caller's own share during ``phase``, naming its env,
         after closing the pool (what a worker's fatal error does)."""
         env_index = self.local.current_env
         self.shutdown(terminate=True)
-        annotate(exc, env_index, f"raised by env {env_index} in the calling process during {phase}; "
-                 "the vector env is closed.")
-        raise exc
+        raise in_caller(exc, env_index, phase, closed=True)
 
     def check_alive(self, w: int, wait: float = 0.0) -> None:
         """Raise WorkerDiedError (closing the pool) if worker ``w``'s process has ended."""
-        process = self._processes[w]
-        if process is None:
+        worker = self.workers[w]
+        if not isinstance(worker, RemoteWorker):  # (the caller's own share)
             return
-        if wait:
-            process.join(wait)
-        code = process.exitcode
+        code = worker.exitcode(wait)
         if code is None:
             return
-        if code < 0:
-            try:
-                how = f"was killed by signal {signal.Signals(-code).name}"
-            except ValueError:
-                how = f"was killed by signal {-code}"
-        else:
-            how = f"exited with code {code}"
         self.shutdown(terminate=True)
-        raise WorkerDiedError(
-            f"FastVectorEnv worker {w} (envs {self.env_range(w)}) {how}; the vector env is closed.", w
-        )
+        raise worker_died(w, self.env_range(w), code)
 
     def _raise_remote_errors(self, errors: list) -> None:
         """Log each failed worker's error as AsyncVectorEnv does, then re-raise the last one
         (closing the pool)."""
-        for w, report in errors:
-            env_index = report[1] if report[1] is not None else self.starts[w]
-            logger.error(f"Received the following error from Worker-{env_index} - Shutting it down")
-            logger.error(f"{report[5]}")
-        logger.error("Raising the last exception back to the main process.")
+        log_failed_workers(errors, self.starts)
         self.raise_remote(*errors[-1])
 
     def raise_remote(self, w: int, report: tuple, close: bool = True) -> None:
         """Re-raise a worker's exception in the caller (closing the pool first, unless ``close=False``)."""
-        _, env_index, phase, type_name, text, trace, payload = report
         if close:
             self.shutdown(terminate=True)
-        where = f"env {env_index}" if env_index is not None else f"worker {w} (envs {self.env_range(w)})"
-        note = f"raised by {where} in FastVectorEnv worker {w} during {phase}" + ("; the vector env is closed." if close else ".")
-        exc = None
-        if payload is not None:
-            try:
-                exc = pickle.loads(payload)
-            except Exception:
-                exc = None
-        if not isinstance(exc, BaseException):
-            raise WorkerError(f"{type_name}: {text}\n({note})\n\nWorker traceback:\n{trace}", w, env_index)
-        annotate(exc, env_index, note)
-        raise exc from RemoteTraceback(trace)
+        exc, cause = remote_exception(w, report, self.env_range(w), close)
+        raise exc from cause
 
     # -- closing --------------------------------------------------------------------------------
     def shutdown(self, terminate: bool = False, timeout: float = 5.0) -> None:
         """End the workers (asked to close, then by force after ``timeout``; at once with
         ``terminate``), close the caller's own envs and drop this process's hold on the block."""
-        ctrl = self.ctrl
-        if ctrl is not None and not terminate:
-            for w, process in enumerate(self._processes):
-                if process is not None and process.is_alive() and _sync.is_done(ctrl, w):
-                    _sync.send_command(ctrl, w, Command.CLOSE)
-        self._local_job = self._local_step_job = self.local_outcome = None
-        self._received.clear()
+        if not terminate:
+            for worker in self._remote:
+                worker.ask_to_close()
+        for worker in self._remote:
+            worker.forget()
+            worker.ctrl = None
+        if self.local is not None:
+            self.local.forget()
         self.local = None
+        self.workers = []
         self.ctrl = None
         for ref in self.views:
             holder = ref()
             if holder is not None:
                 holder.release()
-        _finalize(self._processes, self._pipes, self._buffers, self._local_envs, timeout=0.0 if terminate else timeout)
+        end_workers(self._remote, self._buffers, self._local_envs, timeout=0.0 if terminate else timeout)
         self._finalizer.detach()
         self.closed = True
-
-
-def _finalize(processes, pipes, buffers, envs, timeout: float = 0.0) -> None:
-    """End the workers (politely for ``timeout`` seconds, then by force) and drop the block.
-
-    Also the garbage-collection / interpreter-exit path, so it holds no reference to the env.
-    ``envs``: the envs the caller stepped itself, closed here.
-    """
-    for env in envs:
-        try:
-            env.close()
-        except Exception:
-            pass
-    envs.clear()
-    started = [p for p in processes if p is not None and p._popen is not None]
-    deadline = time.monotonic() + timeout
-    for process in started:
-        remaining = deadline - time.monotonic()
-        if remaining > 0:
-            process.join(remaining)
-        if process.is_alive():
-            process.terminate()
-    for process in started:
-        process.join(1.0)
-        if process.is_alive():
-            process.kill()
-            process.join(1.0)
-    for pipe in pipes:
-        if pipe is None:
-            continue
-        try:
-            pipe.close()
-        except OSError:
-            pass
-    for k, buffer in enumerate(buffers):
-        if buffer is not None:
-            buffer.close()
-            buffers[k] = None
-
-
-class _RecoverableError(Exception):
-    """Carries an exception from the caller's own share of a call/set_attr until the workers answer."""
-
-    def __init__(self, error: BaseException):
-        super().__init__(str(error))
-        self.error = error

@@ -1,4 +1,4 @@
-"""One shared-memory block per vector env, carved into aligned NumPy views.
+"""Both sides: one shared-memory block per vector env, carved into aligned NumPy views.
 
 The caller lays the block out (:func:`plan`), creates it, and hands it to each
 worker. Sections: the control rows, one slab per fixed-size observation leaf

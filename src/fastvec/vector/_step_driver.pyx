@@ -1,11 +1,11 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""FastVectorEnv.step's common case in one compiled call.
+"""Caller side: FastVectorEnv.step's common case in one compiled call.
 
 A step of ``FastVectorEnv`` is, in Python, some twenty calls between ``step`` and the
 results: checks, the actions into the block, the commands, the caller's own share, the
 wait, the infos, the copies. Each costs little, but after a long env step they run from
 cold caches, and with ``step_in_caller=True`` every one of them is on the critical path
-of the vector step (about 8 µs of a HalfCheetah ×16 step of 264). :class:`StepDriver`
+of the vector step (measured: ``docs/benchmarks.md``). :class:`StepDriver`
 does the same work in one call when the step is the common one:
 
 - the actions are one ndarray that goes into the single action slab as it is, in the
@@ -45,7 +45,7 @@ cdef class StepDriver:
         pool: its ``WorkerPool`` (commands, the caller's own share, the wait's slow path).
         staging: its ``Staging`` (the slabs, the infos, the observations).
     """
-    cdef object pool, staging, local_step, clock, build_infos
+    cdef object pool, staging, local, clock, build_infos
     cdef cnp.ndarray ctrl, remote_mask, act_slab, act_dtypes, rewards, terms, truncs, all_rows
     cdef cnp.ndarray obs_slab  # the single observation slab, when results copy it (else None)
     cdef tuple act_shape, all_workers
@@ -73,7 +73,7 @@ cdef class StepDriver:
         # (Staging.observations' common case, taken here without its Python call)
         self.obs_slab = staging.observation_slab if staging.copy else None
         self.num_envs = staging.num_envs
-        self.local_step = None if pool.local is None else pool.local.step
+        self.local = pool.local  # the caller's own share (a CallerShare), or None
         self.local_stop = pool.stops[0]
         self.all_workers = tuple(pool.all_workers)
         self.clock = time.perf_counter
@@ -86,7 +86,7 @@ cdef class StepDriver:
         returns False, and the general path raises what a closed env raises."""
         self.ctrl = None
         self.act_slab = self.act_dtypes = self.rewards = self.terms = self.truncs = self.obs_slab = None
-        self.local_step = self.build_infos = None  # (the info assembler holds views of the block)
+        self.local = self.build_infos = None  # (the info assembler holds views of the block)
 
     def step(self, object actions):
         """Step every env with ``actions`` and wait until all have: True. False, having sent
@@ -127,18 +127,13 @@ cdef class StepDriver:
                 _sync.start_command(ctrl, w, STEP)
         self.pending = True
         # (as in WorkerPool.start_steps: what an interrupted and abandoned command left goes)
-        pool._local_job = None
         pool.forget_abandoned(self.all_workers)
-        if self.local_step is not None:
-            # The caller's own share, with its rows of ``actions`` (SyncVectorEnv's views).
-            try:
-                local = self.local_step(actions[:self.local_stop])
-            except BaseException as exc:
-                pool.fail_local(exc, "step")  # closes the vector env and raises (still pending, as
-                                              # the general path leaves it)
-            # In the pool at once: a wait interrupted from here on, and finished by
-            # step_wait, still has it.
-            pool.local_outcome = local
+        if self.local is not None:
+            # The caller's own share, with its rows of ``actions`` (SyncVectorEnv's views); its
+            # outcome stays in the share, so that a wait interrupted from here on, and finished
+            # by step_wait, still has it. A failure closes the vector env and raises (still
+            # pending, as the general path leaves it).
+            local = self.local.step_now(actions[:self.local_stop])
             if self.ctrl is None:  # the caller's envs closed the vector env
                 self.pending = False
                 return False
@@ -154,7 +149,8 @@ cdef class StepDriver:
         if bits >= 0 and not (bits & ~_QUIET_BITS) and (local is None or local[1] is None):
             # every worker is done and nothing is on a pipe: the common case
             pool.record_command_time(started)
-            pool.local_outcome = None
+            if self.local is not None:
+                self.local.forget()
             self.replies = None
             self.infos_seen = (bits & (1 << INFOS)) != 0 or (local is not None and local[0] == INFOS)
         else:  # a worker to wait for, or something to read: WorkerPool.wait's general path

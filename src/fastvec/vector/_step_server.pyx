@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""A worker's command loop, with its plain steps compiled.
+"""Worker side: a worker's command loop, with its plain steps compiled.
 
 A worker waits for a command on its control row, runs it for its envs and marks it
 done. Most commands are plain steps (``Command.STEP``: the actions are in the shared
@@ -19,6 +19,20 @@ from fastvec.vector cimport _sync
 from fastvec.vector._protocol cimport STEP
 
 cnp.import_array()
+
+cdef extern from "fv_parent_watch.h" nogil:
+    int fv_start_parent_watch(long caller, int by_parent, double interval_s, double grace_s, int exit_code)
+
+
+def watch_parent(long caller_pid, bint by_parent, double interval_s, double grace_s, int exit_code=70):
+    """Start this worker process's watchdog (``fv_parent_watch.h``): once the caller
+    ``caller_pid`` has been gone for ``grace_s`` seconds (checked every ``interval_s``), the
+    process ends with ``exit_code``, even while an env's step never returns. ``by_parent``:
+    the caller is this process's parent (fork, spawn). Returns whether it runs (False where
+    threads cannot start, or on Windows)."""
+    if interval_s <= 0 or grace_s < 0:
+        raise ValueError(f"interval_s must be > 0 and grace_s >= 0, got {interval_s} and {grace_s}")
+    return fv_start_parent_watch(caller_pid, by_parent, interval_s, grace_s, exit_code) == 0
 
 
 cdef class StepServer:

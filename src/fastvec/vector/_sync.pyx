@@ -1,5 +1,5 @@
 # cython: boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""Flags, waits and copies for the shared-memory vector env.
+"""Both sides: flags, waits and copies for the shared-memory vector env.
 
 The parent and each worker talk through a row of uint32 words in shared
 memory (one 64-byte row per worker, so two workers never share a cache line):
@@ -22,10 +22,8 @@ within microseconds), then blocks: a futex on Linux, 50 µs naps elsewhere.
 After its first microseconds the spin yields the core (``sched_yield``) between
 checks. Pure busy-waiting is not an option: the caller and its workers are more
 processes than cores (2 workers + the caller on 2 cores), and a spinner steals
-the time slice the process it waits for needs: a pure-spin multiprocessing
-backend measured 1-12k SPS on a 50 µs env on 2 cores, where flags plus
-``sched_yield`` reached 35k. Here, with 8 CartPoles on 2 workers and no env in
-the caller, yielding took the step from 76-131k to 266k SPS.
+the time slice the process it waits for needs (measured: ``docs/benchmarks.md``,
+"How a wait spins").
 """
 from libc.stdint cimport int64_t, uint32_t, uint8_t
 from libc.string cimport memcpy

@@ -1,4 +1,4 @@
-"""What runs inside a FastVectorEnv worker process.
+"""Worker side: what runs inside a FastVectorEnv worker process.
 
 A worker owns a contiguous range of envs ``[first, first + len(env_fns))``. It
 builds them, reports their spaces, maps the shared buffer, then loops: wait for
@@ -28,15 +28,16 @@ from fastvec.vector._env_loop import EnvLoop
 from fastvec.vector import _protocol
 from fastvec.vector._infos import InfoWriter
 from fastvec.vector._protocol import AUTORESET_CODES, LIVENESS_INTERVAL, RECOVERABLE, Command, Status
+from fastvec.vector._protocol import CMD_STEP as _STEP
+from fastvec.vector._protocol import CMD_STEP_PIPE as _STEP_PIPE
+from fastvec.vector._protocol import STATUS_INFOS as _INFOS
+from fastvec.vector._protocol import STATUS_MESSAGE as _MESSAGE
+from fastvec.vector._protocol import STATUS_OK as _OK
 from fastvec.vector._shared_buffer import SharedBuffer, receive
-from fastvec.vector._step_server import StepServer
+from fastvec.vector._step_server import StepServer, watch_parent
 
 # Names `call` must not reach: they have their own commands (as in AsyncVectorEnv).
 RESERVED_CALLS = ("reset", "step", "close", "_setattr", "_check_spaces")
-# Module aliases: an enum member lookup costs ~0.2 µs on Python 3.11, and the
-# step path reads these once per step.
-_OK, _MESSAGE, _INFOS = Status.OK, Status.MESSAGE, Status.INFOS
-_STEP, _STEP_PIPE = Command.STEP, Command.STEP_PIPE
 # Object-leaf values of these types are sent again only when they change (a MiniGrid
 # mission string stays the same for a whole episode); they cannot change in place.
 _IMMUTABLE = (str, bytes, int, float, bool, type(None))
@@ -47,6 +48,11 @@ MAX_SPIN_S = 1e-3
 # takes 100 µs and more in torch), and waiting workers block at once: spinning would take the
 # cores it computes on, where a wake-up costs tens of microseconds (see StepServer.serve).
 THINK_WINDOW_S = 100e-6
+# The parent watch (fv_parent_watch.h): how often it checks that the caller runs, and how
+# long a caller must have been gone before the worker ends itself (the command loop, which
+# checks every 5 LIVENESS_INTERVALs while idle, closes its envs within that time).
+PARENT_WATCH_INTERVAL_S = 0.5
+PARENT_WATCH_GRACE_S = 2.0
 _UNSENT = object()
 
 
@@ -303,6 +309,9 @@ def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: 
             if unpin_for_busy_caller:
                 follow_caller = functools.partial(_follow_caller, {cpu}, every_cpu)
     parent_alive = _parent_watch(parent_pid)
+    # A worker whose env hangs inside a step never gets back to the command loop, where it
+    # notices a dead caller: a C thread ends it then, after the loop's own chance to close.
+    watch_parent(parent_pid, os.getppid() == parent_pid, PARENT_WATCH_INTERVAL_S, PARENT_WATCH_GRACE_S)
     if parent_pipe is not None:
         parent_pipe.close()
     envs = []

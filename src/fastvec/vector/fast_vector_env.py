@@ -6,49 +6,36 @@ step (actions in; observations, rewards, flags, infos out) in :mod:`fastvec.vect
 """
 from __future__ import annotations
 
-import multiprocessing
 import sys
 import weakref
-from enum import Enum
 from typing import Any, Callable, Sequence
 
 import numpy as np
 from gymnasium import Env, Space, logger
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
-from fastvec.errors import (
-    AlreadyPendingCallError,
-    ClosedEnvironmentError,
-    NoAsyncCallError,
-)
+from fastvec.errors import AlreadyPendingCallError, NoAsyncCallError
 from fastvec.vector._arguments import (check_no_ended_envs, check_synchronous, checked_batch_size, checked_count,
                                        seeds_per_env, split_reset_options)
 from fastvec.vector._pool import WorkerPool, usable_cpus
 from fastvec.vector._staging import Staging, layouts
 from fastvec.vector._step_driver import StepDriver
+from fastvec.vector._worker_vector_env import CallState, WorkerVectorEnv
 
 __all__ = ["FastVectorEnv"]
 
 
-class _State(Enum):
-    DEFAULT = "default"
-    WAITING_RESET = "reset"
-    WAITING_STEP = "step"
-    WAITING_CALL = "call"
-
-
-# Module aliases of the enum members the per-step path reads: on Python 3.11
-# every ``SomeEnum.MEMBER`` lookup (and hashing a member) costs ~0.2 µs.
-_DEFAULT, _WAITING_RESET, _WAITING_STEP = _State.DEFAULT, _State.WAITING_RESET, _State.WAITING_STEP
+# Module aliases of the members the per-step path reads (as in fastvec.vector._protocol).
+_DEFAULT, _WAITING_RESET, _WAITING_STEP = CallState.DEFAULT, CallState.WAITING_RESET, CallState.WAITING_STEP
 
 
 def _usable_cores() -> int:
     return len(usable_cpus())
 
 
-class FastVectorEnv(VectorEnv):
+class FastVectorEnv(WorkerVectorEnv):
     """Runs Python envs in worker processes that share one memory buffer with the caller.
 
     A drop-in for :class:`gymnasium.vector.AsyncVectorEnv` (and, output for output,
@@ -233,17 +220,13 @@ class FastVectorEnv(VectorEnv):
         except BaseException:
             self._pool.shutdown(terminate=True)
             raise
-        self._starts, self._stops = self._pool.starts, self._pool.stops
-        self._state = _State.DEFAULT
+        self._init_workers(self._pool.starts, self._pool.stops)
         self._pending: np.ndarray = np.zeros(self.num_workers, dtype=np.uint8)
         self._all_workers = np.ones(self.num_workers, dtype=np.uint8)
-        self._autoreset_envs = np.zeros(self.num_envs, dtype=np.bool_)
-        # send/recv bookkeeping: workers with a command out, and workers handed back by recv.
+        # send/recv bookkeeping: workers with a command out (those handed back by recv: _ready).
         self._inflight = np.zeros(self.num_workers, dtype=np.uint8)
         self._async_used = False  # set by send/async_reset; spares step() a check
-        self._ready = np.ones(self.num_workers, dtype=np.uint8)
         self._next_worker = 0  # where recv's round-robin scan starts
-        self._worker_of_env_list = self._pool.worker_of_env.tolist()
 
     def _set_spaces(self, hellos: list[tuple]) -> None:
         """Spaces, metadata and render mode from the envs' hellos; their spaces must agree."""
@@ -300,18 +283,6 @@ class FastVectorEnv(VectorEnv):
     def processes(self) -> list:
         """The worker processes (the caller's own share, if any, has none)."""
         return self._pool.processes if self._pool is not None else []
-
-    def _assert_is_running(self) -> None:
-        if self.closed:
-            raise ClosedEnvironmentError(f"Trying to operate on `{type(self).__name__}`, after a call to `close()`.")
-
-    def _assert_no_pending_call(self, what: str, period: bool = True) -> None:
-        if self._state is not _DEFAULT:
-            raise AlreadyPendingCallError(
-                f"Calling `{what}` while waiting for a pending call to `{self._state.value}` to complete"
-                + ("." if period else ""),
-                str(self._state.value),
-            )
 
     # -- the step -----------------------------------------------------------------------
     def step(self, actions):
@@ -374,12 +345,10 @@ class FastVectorEnv(VectorEnv):
             self._staging.publish_action_dtypes(workers)
         self._pool.start_steps(workers, per_env, env_ids)
 
-    def _collect(self, expected: _State, caller: str, timeout: float | None) -> dict[str, Any]:
+    def _collect(self, expected: CallState, caller: str, timeout: float | None) -> dict[str, Any]:
         """Finish the pending ``expected`` call (step or reset) for ``caller`` (its name, for
         errors): wait, then build the infos."""
-        self._assert_is_running()
-        if self._state is not expected:
-            raise NoAsyncCallError(f"Calling `{caller}` without any prior call to `{expected.value}_async`.", expected.value)
+        self._assert_pending(expected, caller)
         return self._finish_pending(caller, timeout)
 
     def _finish_pending(self, caller: str, timeout: float | None) -> dict[str, Any]:
@@ -389,11 +358,6 @@ class FastVectorEnv(VectorEnv):
         return self._staging.take_replies(replies, self._staging.all_env_rows, infos_seen)
 
     # -- reset ------------------------------------------------------------------------------
-    def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None):
-        """Reset the envs (all, or those in ``options["reset_mask"]``); returns (obs, infos)."""
-        self.reset_async(seed=seed, options=options)
-        return self.reset_wait()
-
     def reset_async(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
         """Send a reset to the workers and return at once (AsyncVectorEnv API)."""
         self._assert_is_running()
@@ -415,7 +379,7 @@ class FastVectorEnv(VectorEnv):
         else:
             self._autoreset_envs[mask] = False
         self._pending = pending
-        self._state = _State.WAITING_RESET
+        self._state = _WAITING_RESET
 
     def reset_wait(self, timeout: float | None = None):
         """Wait for the reset sent by :meth:`reset_async`; returns (obs, infos)."""
@@ -429,7 +393,7 @@ class FastVectorEnv(VectorEnv):
         self._inflight = self._pending.copy()
         self._async_used = True
         self._ready[:] = 0
-        self._state = _State.DEFAULT
+        self._state = _DEFAULT
 
     def send(self, actions, env_ids=None) -> None:
         """Start stepping the envs ``env_ids`` with ``actions`` (rows in ``env_ids`` order).
@@ -440,10 +404,7 @@ class FastVectorEnv(VectorEnv):
         """
         self._assert_is_running()
         self._assert_no_pending_call("send")
-        if env_ids is None:
-            workers = np.flatnonzero(self._ready)
-            env_ids = np.concatenate([np.arange(self._starts[w], self._stops[w]) for w in workers]) if len(workers) else np.zeros(0, np.int64)
-        workers, rows = self._send_targets(env_ids)
+        workers, rows = self._whole_workers(env_ids)
         busy = [w for w in workers if self._inflight[w]]
         if busy:
             raise ValueError(f"envs of workers {busy} are still stepping: recv() them before sending them new actions")
@@ -453,32 +414,6 @@ class FastVectorEnv(VectorEnv):
             self._inflight[w] = 1
             self._ready[w] = 0
         self._async_used = True
-
-    def _send_targets(self, env_ids) -> tuple[list[int], slice | np.ndarray]:
-        """The workers ``env_ids`` cover (whole workers only) and the rows to write actions to.
-
-        Rows are a slice when the ids are ascending and adjacent (what ``recv``
-        hands back for adjacent workers): the cheap case, checked first.
-        """
-        env_ids = np.asarray(env_ids)
-        if env_ids.ndim != 1 or env_ids.dtype.kind not in "iu" or len(env_ids) == 0:
-            raise ValueError(f"env_ids must be a non-empty 1-D integer array, got {env_ids!r}")
-        ids = env_ids.tolist()
-        first, last = ids[0], ids[-1]
-        if 0 <= first <= last < self.num_envs and last - first + 1 == len(ids):
-            w0, w1 = self._worker_of_env_list[first], self._worker_of_env_list[last]
-            if self._starts[w0] == first and self._stops[w1] == last + 1 and ids == list(range(first, last + 1)):
-                return list(range(w0, w1 + 1)), slice(first, last + 1)
-        if min(ids) < 0 or max(ids) >= self.num_envs or len(set(ids)) != len(ids):
-            raise ValueError(f"env_ids must be distinct env indices in [0, {self.num_envs}), got {ids}")
-        workers = np.unique(self._pool.worker_of_env[env_ids])
-        sizes = sum(self._stops[w] - self._starts[w] for w in workers)
-        if sizes != len(env_ids):
-            raise ValueError(
-                f"env_ids {ids} split workers: send whole workers' envs "
-                f"(worker ranges {[(self._starts[w], self._stops[w] - 1) for w in workers.tolist()]})"
-            )
-        return workers.tolist(), env_ids
 
     def recv(self, timeout: float | None = None):
         """Wait for ``batch_size`` envs to finish; returns their (obs, rewards, terminations, truncations, infos).
@@ -521,69 +456,22 @@ class FastVectorEnv(VectorEnv):
         self._inflight[:] = 0
         self._ready[:] = 1
 
-    # -- call / attributes ------------------------------------------------------------------
-    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        """Call ``name`` on every env (or read it, if not callable); results in env order."""
-        self.call_async(name, *args, **kwargs)
-        return self.call_wait()
-
-    def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
-        """Start :meth:`call` without waiting for it (AsyncVectorEnv API)."""
-        self._assert_is_running()
-        self._assert_no_pending_call("call_async")
-        for w in range(self.num_workers):
-            self._pool.dispatch(w, "call", (name, args, kwargs))
-        self._pending = self._all_workers
-        self._state = _State.WAITING_CALL
-
-    def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
-        """Wait for the results of :meth:`call_async`, in env order."""
-        self._assert_is_running()
-        if self._state is not _State.WAITING_CALL:
-            raise NoAsyncCallError("Calling `call_wait` without any prior call to `call_async`.", _State.WAITING_CALL.value)
-        try:
-            replies, _ = self._pool.wait(self._pending, timeout, "call_wait")
-        except multiprocessing.TimeoutError:
-            raise
-        except BaseException:
-            self._state = _State.DEFAULT
-            raise
-        self._state = _State.DEFAULT
-        return tuple(result for _, results in replies for result in results)
-
-    def get_attr(self, name: str) -> tuple[Any, ...]:
-        """Get an attribute from every env, in env order."""
-        return self.call(name)
-
+    # -- call / attributes (the rest: WorkerVectorEnv) ----------------------------------------
     def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
         """Set an attribute on every env: one value for all, or a list/tuple of ``num_envs`` values."""
-        self._assert_is_running()
-        if not isinstance(values, (list, tuple)):
-            values = [values for _ in range(self.num_envs)]
-        if len(values) != self.num_envs:
-            raise ValueError(
-                "Values must be a list or tuple with length equal to the number of environments. "
-                f"Got `{len(values)}` values for {self.num_envs} environments."
-            )
-        self._assert_no_pending_call("set_attr")
+        values = self._values_per_env(values)
+        self._start_call("setattr", lambda w: (name, list(values[self._starts[w]:self._stops[w]])), "set_attr")
+        self._finish_call(None, "set_attr")
+
+    def _send_command(self, command: str, payload_of: Callable[[int], tuple]) -> None:
+        pool = self._pool
         for w in range(self.num_workers):
-            self._pool.dispatch(w, "setattr", (name, list(values[self._starts[w]:self._stops[w]])))
+            pool.dispatch(w, command, payload_of(w))
         self._pending = self._all_workers
-        self._pool.wait(self._pending, None, "set_attr")
 
-    def render(self) -> tuple[Any, ...] | None:
-        """Render every env (``render_mode`` set at construction); one frame per env."""
-        return self.call("render")
-
-    @property
-    def np_random_seed(self) -> tuple[int, ...]:
-        """The envs' ``np_random_seed``, in env order."""
-        return self.get_attr("np_random_seed")
-
-    @property
-    def np_random(self) -> tuple[np.random.Generator, ...]:
-        """Copies of the envs' ``np_random`` generators, in env order."""
-        return self.get_attr("np_random")
+    def _wait_replies(self, timeout: float | None, caller: str) -> list[tuple[int, Any]]:
+        replies, _ = self._pool.wait(self._pending, timeout, caller)
+        return replies
 
     # -- closing ------------------------------------------------------------------------------
     def close_extras(self, timeout: float | None = None, terminate: bool = False) -> None:
@@ -616,12 +504,6 @@ class FastVectorEnv(VectorEnv):
             except Exception:
                 terminate = True
         self._pool.shutdown(terminate=terminate, timeout=timeout)
-
-    def __enter__(self) -> "FastVectorEnv":
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         if self.spec is None:

@@ -1,0 +1,81 @@
+"""Caller side: a worker's fault turned into an exception in the caller.
+
+An env's own exception comes back with its type, annotated with the env and the worker
+(its traceback in the worker as the cause); what cannot be unpickled becomes a
+:class:`~fastvec.errors.WorkerError`; a worker process that ended becomes a
+:class:`~fastvec.errors.WorkerDiedError` that says how it ended. Failed workers are logged
+as AsyncVectorEnv logs them. :class:`~fastvec.vector._pool.WorkerPool` decides when (and
+closes itself first, for the faults that end the vector env).
+"""
+from __future__ import annotations
+
+import pickle
+import signal
+
+from gymnasium import logger
+
+from fastvec.errors import RemoteTraceback, WorkerDiedError, WorkerError, annotate
+
+__all__ = ["RecoverableError", "log_failed_workers", "remote_exception", "worker_died", "in_caller"]
+
+
+class RecoverableError(Exception):
+    """Carries an exception of the caller's own share of a call/set_attr (or reset/step
+    errors the vector env survives) until the workers have answered too."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(str(error))
+        self.error = error
+
+
+def worker_died(w: int, env_range: str, exitcode: int) -> WorkerDiedError:
+    """The error for worker ``w`` (envs ``env_range``), whose process ended with ``exitcode``.
+
+    Example:
+        >>> str(worker_died(1, "4..7", -9))
+        'FastVectorEnv worker 1 (envs 4..7) was killed by signal SIGKILL; the vector env is closed.'
+    """
+    if exitcode < 0:
+        try:
+            how = f"was killed by signal {signal.Signals(-exitcode).name}"
+        except ValueError:
+            how = f"was killed by signal {-exitcode}"
+    else:
+        how = f"exited with code {exitcode}"
+    return WorkerDiedError(f"FastVectorEnv worker {w} (envs {env_range}) {how}; the vector env is closed.", w)
+
+
+def log_failed_workers(errors: list, starts: list[int]) -> None:
+    """Log each failed worker's error as AsyncVectorEnv does (``errors``: (worker, report) pairs)."""
+    for w, report in errors:
+        env_index = report[1] if report[1] is not None else starts[w]
+        logger.error(f"Received the following error from Worker-{env_index} - Shutting it down")
+        logger.error(f"{report[5]}")
+    logger.error("Raising the last exception back to the main process.")
+
+
+def remote_exception(w: int, report: tuple, env_range: str, closed: bool) -> tuple[BaseException, BaseException | None]:
+    """The exception worker ``w`` (envs ``env_range``) reported, annotated with where it was
+    raised, and its cause (the worker's traceback): ``raise exc from cause``. ``closed``: the
+    vector env is closed by it (said in the note)."""
+    _, env_index, phase, type_name, text, trace, payload = report
+    where = f"env {env_index}" if env_index is not None else f"worker {w} (envs {env_range})"
+    note = f"raised by {where} in FastVectorEnv worker {w} during {phase}" + ("; the vector env is closed." if closed else ".")
+    exc = None
+    if payload is not None:
+        try:
+            exc = pickle.loads(payload)
+        except Exception:
+            exc = None
+    if not isinstance(exc, BaseException):
+        return WorkerError(f"{type_name}: {text}\n({note})\n\nWorker traceback:\n{trace}", w, env_index), None
+    annotate(exc, env_index, note)
+    return exc, RemoteTraceback(trace)
+
+
+def in_caller(exc: BaseException, env_index: int | None, phase: str, closed: bool) -> BaseException:
+    """``exc``, raised by env ``env_index`` of the caller's own share during ``phase``,
+    annotated with where (and whether the vector env is closed by it)."""
+    annotate(exc, env_index, f"raised by env {env_index} in the calling process during {phase}"
+             + ("; the vector env is closed." if closed else "."))
+    return exc
