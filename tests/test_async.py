@@ -125,6 +125,27 @@ def test_send_validation():
         assert len(env.recv()[4]["env_id"]) == 2
 
 
+def test_calls_wait_until_send_recv_steps_are_received():
+    """A call or set_attr while steps are in flight would have its workers' step results read
+    as its replies (and the next recv wait for ever): it raises, and works once they are in."""
+    from fastvec.errors import AlreadyPendingCallError
+
+    with FastVectorEnv([lambda: ToyEnv(step_sleep=0.05) for _ in range(4)], num_workers=2, batch_size=2) as env:
+        env.async_reset(seed=0)
+        for call in (lambda: env.call("max_len"), lambda: env.get_attr("max_len"),
+                     lambda: env.set_attr("max_len", 7)):
+            with pytest.raises(AlreadyPendingCallError, match="in flight"):
+                call()
+        got = [env.recv()[4]["env_id"] for _ in range(2)]
+        assert sorted(np.concatenate(got).tolist()) == [0, 1, 2, 3]
+        env.set_attr("max_len", 7)
+        assert env.get_attr("max_len") == (7, 7, 7, 7)
+        env.send(np.zeros(2, np.int64), got[0])
+        with pytest.raises(AlreadyPendingCallError, match="in flight"):
+            env.call("max_len")
+        np.testing.assert_array_equal(env.recv()[4]["env_id"], got[0])
+
+
 def test_recv_without_send_and_timeout():
     with FastVectorEnv([lambda: ToyEnv(step_sleep=0.5) for _ in range(2)], num_workers=2, batch_size=1) as env:
         env.reset(seed=0)

@@ -464,6 +464,9 @@ class FastVectorEnv(WorkerVectorEnv):
         self._finish_call(None, "set_attr")
 
     def _send_command(self, command: str, payload_of: Callable[[int], tuple]) -> None:
+        if self._async_used and self._inflight.any():
+            # (their workers answer the steps first; the call's replies would be read as theirs)
+            raise AlreadyPendingCallError("send/recv has commands in flight: recv() them first", "recv")
         pool = self._pool
         for w in range(self.num_workers):
             pool.dispatch(w, command, payload_of(w))
