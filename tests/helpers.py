@@ -1,6 +1,10 @@
 """Comparison helpers shared by the vector-env tests."""
 from __future__ import annotations
 
+import hashlib
+import threading
+import time
+
 import numpy as np
 
 
@@ -67,3 +71,29 @@ def block_mappings(pid="self", creator=None) -> list:
             return [line for line in f if needle in line]
     except OSError:  # the process is gone
         return []
+
+
+class TwoCoreCompute:
+    """The caller's work between two steps on two threads, as torch at its default threads
+    (an intra-op thread that keeps spinning between ops): a helper thread hashes from
+    construction to ``close()``, and each call hashes on the calling thread for ``seconds``
+    (hashlib lets go of the GIL for large inputs, so both threads run at once)."""
+
+    def __init__(self):
+        self._stop = False
+        self._data = bytes(16 * 1024)
+        self._thread = threading.Thread(target=self._burn, daemon=True)
+        self._thread.start()
+
+    def _burn(self):
+        while not self._stop:
+            hashlib.sha256(self._data).digest()
+
+    def __call__(self, seconds: float) -> None:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            hashlib.sha256(self._data).digest()
+
+    def close(self):
+        self._stop = True
+        self._thread.join()

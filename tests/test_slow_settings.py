@@ -1,8 +1,5 @@
 """Settings bound to make a training loop slow are named once, with their fix, when the
 caller first keeps more than one core busy between steps, and never otherwise."""
-import hashlib
-import threading
-import time
 import warnings
 
 import gymnasium as gym
@@ -12,6 +9,7 @@ import pytest
 from fastvec import FastVectorEnv
 from fastvec.vector import _advice
 from fastvec.vector._advice import slow_settings
+from helpers import TwoCoreCompute
 
 _QUIET = dict(pin_workers=None, release_openmp_threads=True, gnu_runtimes=["/x/libgomp.so.1"], llvm_runtimes=[],
               environ={})
@@ -56,19 +54,9 @@ class _QuietEnv(gym.Env):
         return np.zeros(2, np.float32), 0.0, False, False, {}
 
 
-def _two_core_work(seconds: float, stop: threading.Event) -> None:
-    data = bytes(16 * 1024)  # hashlib lets go of the GIL: this thread and the helper run at once
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end and not stop.is_set():
-        hashlib.sha256(data).digest()
-
-
 def _pin_warnings(pin_workers, busy: bool, monkeypatch) -> list[str]:
     monkeypatch.setattr(_advice, "_warned", set())
-    stop = threading.Event()
-    helper = threading.Thread(target=lambda: _two_core_work(60.0, stop), daemon=True)
-    if busy:
-        helper.start()
+    compute = TwoCoreCompute() if busy else None
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -77,11 +65,10 @@ def _pin_warnings(pin_workers, busy: bool, monkeypatch) -> list[str]:
                 for _ in range(60):
                     env.step(np.zeros(2, np.int64))
                     if busy:
-                        _two_core_work(1e-3, stop)
+                        compute(1e-3)
     finally:
-        stop.set()
-        if busy:
-            helper.join()
+        if compute is not None:
+            compute.close()
     return [str(w.message) for w in caught if "pin_workers" in str(w.message)]
 
 

@@ -5,7 +5,6 @@ spin through that time take the cores the trainer's threads need, and an OpenMP 
 idle threads spinning in the caller take the cores the workers need. These tests measure
 the CPU time of the worker processes and the threads of this process.
 """
-import hashlib
 import os
 import threading
 import time
@@ -15,6 +14,7 @@ import numpy as np
 import pytest
 
 from fastvec import FastVectorEnv
+from helpers import TwoCoreCompute
 from fastvec.vector import _sync
 from fastvec.vector._protocol import Word
 from fastvec.vector._openmp import OpenMPRelease, loaded_runtimes
@@ -43,32 +43,6 @@ def _compute(seconds: float) -> None:
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         pass
-
-
-class TwoCoreCompute:
-    """The caller's work between two steps on two threads, as torch at its default threads
-    (an intra-op thread that keeps spinning between ops): a helper thread hashes from
-    construction to ``close()``, and each call hashes on the calling thread for ``seconds``
-    (hashlib lets go of the GIL for large inputs, so both threads run at once)."""
-
-    def __init__(self):
-        self._stop = False
-        self._data = bytes(16 * 1024)
-        self._thread = threading.Thread(target=self._burn, daemon=True)
-        self._thread.start()
-
-    def _burn(self):
-        while not self._stop:
-            hashlib.sha256(self._data).digest()
-
-    def __call__(self, seconds: float) -> None:
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end:
-            hashlib.sha256(self._data).digest()
-
-    def close(self):
-        self._stop = True
-        self._thread.join()
 
 
 class QuietEnv(gym.Env):

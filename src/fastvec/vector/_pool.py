@@ -204,14 +204,9 @@ class WorkerPool:
         self.forget_abandoned(workers)
         self.step_started(time.perf_counter())
         all_workers = self.workers
-        local = self.local
         if per_env is None:
             for w in workers:
-                worker = all_workers[w]
-                if worker is local:
-                    local.start_step(actions=direct)
-                else:
-                    worker.start_step()
+                all_workers[w].start_step(actions=direct)
             return
         position = None if env_ids is None else {e: k for k, e in enumerate(np.asarray(env_ids).tolist())}
         for w in workers:

@@ -90,8 +90,10 @@ class RemoteWorker:
         _protocol.send(self.pipe, (name, payload))
         _sync.send_command(self.ctrl, self.index, _PIPE)
 
-    def start_step(self, chunk: list | None = None) -> None:
-        """Start a step: actions in the shared slabs, or one per env in ``chunk`` on the pipe."""
+    def start_step(self, chunk: list | None = None, actions=None) -> None:
+        """Start a step: actions in the shared slabs, or one per env in ``chunk`` on the pipe.
+        (``actions``, every env's actions as they went into the slabs, is for CallerShare:
+        this worker reads its own rows from the slabs.)"""
         if chunk is None:
             _sync.send_command(self.ctrl, self.index, _STEP)
         else:
