@@ -64,6 +64,7 @@ cdef class StepServer:
     cdef readonly uint32_t seq  # the last command taken
     cdef readonly bint stepping  # True while (or after) the env loop of a step it runs raises
     cdef readonly double gap  # how soon the next command tends to come after one is done
+    cdef readonly double spin  # how long the last wait for a command spun before blocking
 
     def __init__(self, cnp.ndarray ctrl not None, Py_ssize_t worker, object loop not None,
                  cnp.ndarray action_codes not None, object action_view, double spin_s, double max_spin_s,
@@ -94,7 +95,7 @@ cdef class StepServer:
         when ``timeout_s`` passed with no command (the worker checks that its parent lives).
         An env's exception propagates, with :attr:`stepping` True.
         """
-        cdef double start, spin
+        cdef double start
         cdef bint got, busy
         cdef uint32_t command, code
         cdef int status
@@ -113,12 +114,13 @@ cdef class StepServer:
                 if self.on_caller_busy is not None:
                     self.on_caller_busy(busy)
             if not busy:
-                spin = min(2.0 * self.gap + self.spin_s, self.max_spin_s) if self.gap < self.max_spin_s else self.spin_s
+                self.spin = (min(2.0 * self.gap + self.spin_s, self.max_spin_s) if self.gap < self.max_spin_s
+                             else self.spin_s)
             else:
-                spin = 0.0
+                self.spin = 0.0
             start = _sync.now()
             with nogil:
-                got = _sync.await_command(self.ctrl, self.worker, self.seq, spin, start + timeout_s)
+                got = _sync.await_command(self.ctrl, self.worker, self.seq, self.spin, start + timeout_s)
             if not got:
                 return None
             self.seq += 1
