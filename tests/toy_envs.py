@@ -152,3 +152,45 @@ class CrashEnv(gym.Env):
             self._fail()
         return np.zeros(2, np.float32), 1.0, False, False, {}
 
+
+
+class FlakyEnv(gym.Env):
+    """An env whose observations come from its seeded RNG (so a reset's seed shows), that
+    fails once at step ``fail_at`` of an episode: the first instance (of all built with the
+    same ``marker`` file) to get there does, by ``how``: "raise", "exit" (``os._exit``),
+    "segv" (reads address 0). ``marker=None``: every instance fails there. ``build_fails``:
+    the constructor raises once the marker exists (a rebuild that fails)."""
+
+    observation_space = spaces.Box(-1, 1, (3,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, fail_at=None, how="raise", marker=None, build_fails=False, episode=30):
+        import os
+
+        if build_fails and marker is not None and os.path.exists(marker):
+            raise RuntimeError("cannot build the env again")
+        self.fail_at, self.how, self.marker, self.episode = fail_at, how, marker, episode
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self.np_random.uniform(-1, 1, 3).astype(np.float32), {"t": 0}
+
+    def step(self, action):
+        import os
+
+        self.t += 1
+        if self.t == self.fail_at and (self.marker is None or not os.path.exists(self.marker)):
+            if self.marker is not None:
+                open(self.marker, "w").close()
+            if self.how == "raise":
+                raise ValueError(f"boom at step {self.t}")
+            if self.how == "exit":
+                os._exit(3)
+            if self.how == "segv":
+                import ctypes
+
+                ctypes.string_at(0)
+        obs = self.np_random.uniform(-1, 1, 3).astype(np.float32)
+        return obs, float(self.t) + float(action), self.t >= self.episode, False, {"t": self.t}

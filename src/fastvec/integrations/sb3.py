@@ -31,6 +31,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     ) from e
 
 from fastvec.integrations._sb3_env_access import ATTRIBUTE, build_env
+from fastvec.vector._batch_tree import copy_batch, put_rows
 from fastvec.vector.fast_vector_env import FastVectorEnv
 
 __all__ = ["FastVecEnv", "SB3VecEnv", "to_sb3"]
@@ -161,9 +162,9 @@ class SB3VecEnv(VecEnv):
             pending &= ~mask
             group_obs, infos = self.vector_env.reset(seed=seed_arg, options={**options[first], "reset_mask": mask})
             if obs is None:
-                obs = _tree_copy(group_obs)
+                obs = copy_batch(group_obs)
             else:
-                _tree_set_rows(obs, group_obs, mask)
+                put_rows(obs, mask, group_obs, mask)
             for j, info in enumerate(_split_infos(infos, self.num_envs, fill=True)):
                 if mask[j]:
                     self.reset_infos[j] = info
@@ -171,7 +172,7 @@ class SB3VecEnv(VecEnv):
         self._reset_options()
         self._episode_returns[:] = 0.0
         self._episode_lengths[:] = 0
-        return _tree_copy(obs) if self.copy_obs else obs
+        return copy_batch(obs) if self.copy_obs else obs
 
     def step_async(self, actions: np.ndarray) -> None:
         """Store the actions; :meth:`step_wait` steps the vector env with them.
@@ -222,7 +223,7 @@ class SB3VecEnv(VecEnv):
                             sb3_infos[i].update(info)
                     for i in np.flatnonzero(dones):
                         last = final_obs[i]
-                        sb3_infos[i]["terminal_observation"] = _tree_copy(last) if self.copy_obs else last
+                        sb3_infos[i]["terminal_observation"] = copy_batch(last) if self.copy_obs else last
                         if i not in top:
                             self.reset_infos[i] = {}
             elif any_done:
@@ -241,7 +242,7 @@ class SB3VecEnv(VecEnv):
                     sb3_infos[i]["terminal_observation"] = _tree_row(obs, i)
                 reset_obs, reset_infos = self.vector_env.reset(options={"reset_mask": dones.copy()})
                 # Only the finished rows are new; with copy=False both may be the same buffer.
-                _tree_set_rows(obs, reset_obs, dones)
+                put_rows(obs, dones, reset_obs, dones)
                 split = _split_infos(reset_infos, self.num_envs)
                 for i in done_idx:
                     self.reset_infos[i] = split.get(i, {})
@@ -261,7 +262,7 @@ class SB3VecEnv(VecEnv):
             self._episode_lengths[dones] = 0
 
         if self.copy_obs:
-            obs = _tree_copy(obs)
+            obs = copy_batch(obs)
         return obs, np.array(rewards, dtype=np.float32), dones, sb3_infos
 
     def close(self) -> None:
@@ -593,24 +594,3 @@ def _tree_row(obs: Any, i: int) -> Any:
     if isinstance(obs, tuple):
         return tuple(_tree_row(v, i) for v in obs)
     return np.array(obs[i], copy=True)
-
-
-def _tree_set_rows(dst: Any, src: Any, mask: np.ndarray) -> None:
-    """``dst[mask] = src[mask]`` over every leaf of a batched observation."""
-    if isinstance(dst, dict):
-        for k in dst:
-            _tree_set_rows(dst[k], src[k], mask)
-    elif isinstance(dst, tuple):
-        for d, s in zip(dst, src):
-            _tree_set_rows(d, s, mask)
-    else:
-        dst[mask] = src[mask]
-
-
-def _tree_copy(obs: Any) -> Any:
-    """A copy of a batched observation (array, dict or tuple of arrays)."""
-    if isinstance(obs, dict):
-        return {k: _tree_copy(v) for k, v in obs.items()}
-    if isinstance(obs, tuple):
-        return tuple(_tree_copy(v) for v in obs)
-    return np.array(obs, copy=True)

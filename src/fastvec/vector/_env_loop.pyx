@@ -69,6 +69,12 @@ cdef class EnvLoop:
     ``obs_written`` says after a step whether every one could be (an ndarray of
     exactly the row's dtype and shape); if not, the worker stacks them all.
     ``infos``: the worker's info writer; each env's info dict(s) go through it.
+    ``next_seeds`` (optional, one entry per env): a seed the env's next autoreset uses
+    instead of none, once (a rebuilt env's derived seed, see FastVectorEnv's ``env_failure``).
+    ``on_failure`` (optional): ``on_failure(j, exc)``, called when env j's step (or the reset
+    a step runs) raises an ``Exception``, returns what the env contributes to the step instead,
+    ``(obs, info dicts, autoreset)``, having written its reward and flags (it rebuilds the
+    env: FastVectorEnv's ``env_failure="restart"``); None: the exception propagates.
     """
     cdef list envs
     cdef Py_ssize_t first
@@ -79,6 +85,8 @@ cdef class EnvLoop:
     cdef cnp.npy_bool *truncs
     cdef list last_obs
     cdef list autoreset
+    cdef list next_seeds
+    cdef public object on_failure
     cdef object obs_arr         # cnp.ndarray or None
     cdef Writer infos
     cdef Py_ssize_t obs_row_bytes
@@ -88,7 +96,7 @@ cdef class EnvLoop:
     def __init__(self, list envs not None, Py_ssize_t first, int mode, cnp.ndarray rewards not None,
                  cnp.ndarray terminations not None, cnp.ndarray truncations not None,
                  list last_obs not None, list autoreset not None, Writer infos not None,
-                 cnp.ndarray observations=None):
+                 cnp.ndarray observations=None, list next_seeds=None):
         cdef Py_ssize_t n = len(envs)
         if mode not in (NEXT_STEP, SAME_STEP, DISABLED):
             raise ValueError(f"unknown autoreset mode code {mode}")
@@ -106,7 +114,11 @@ cdef class EnvLoop:
         self.truncs = <cnp.npy_bool *> cnp.PyArray_DATA(truncations)
         self.last_obs = last_obs
         self.autoreset = autoreset
+        self.next_seeds = next_seeds if next_seeds is not None else [None] * n
+        if len(self.next_seeds) != n:
+            raise ValueError(f"next_seeds ({len(self.next_seeds)}) must have one entry per env ({n})")
         self.current = None
+        self.on_failure = None
         self.obs_written = False
         self.infos = infos
         self.obs_arr = None
@@ -130,7 +142,7 @@ cdef class EnvLoop:
         ``{"final_obs": obs, "final_info": info}`` followed by its reset info.
         """
         cdef Py_ssize_t j = 0, n = len(self.envs)
-        cdef object env, obs, reward, terminated, truncated, info, final
+        cdef object env, obs, reward, terminated, truncated, info, final, additions
         cdef bint done
         cdef bint written = self.obs_arr is not None
         if len(actions) != n:
@@ -140,21 +152,31 @@ cdef class EnvLoop:
             for j in range(n):
                 env = self.envs[j]
                 final = None
-                if self.mode == NEXT_STEP and self.autoreset[j]:
-                    obs, info = env.reset()
-                    self.rewards[j] = 0.0
-                    self.terms[j] = 0
-                    self.truncs[j] = 0
-                    done = False
-                else:
-                    obs, reward, terminated, truncated, info = env.step(actions[j])
-                    _store_reward(self.rewards, self.rewards_arr, j, reward)
-                    _store_flag(self.terms, self.terms_arr, j, terminated)
-                    _store_flag(self.truncs, self.truncs_arr, j, truncated)
-                    done = terminated or truncated
-                    if done and self.mode == SAME_STEP:
-                        final = {"final_obs": obs, "final_info": info}
-                        obs, info = env.reset()
+                additions = None
+                try:
+                    if self.mode == NEXT_STEP and self.autoreset[j]:
+                        if self.next_seeds[j] is None:
+                            obs, info = env.reset()
+                        else:
+                            seed, self.next_seeds[j] = self.next_seeds[j], None
+                            obs, info = env.reset(seed=seed)
+                        self.rewards[j] = 0.0
+                        self.terms[j] = 0
+                        self.truncs[j] = 0
+                        done = False
+                    else:
+                        obs, reward, terminated, truncated, info = env.step(actions[j])
+                        _store_reward(self.rewards, self.rewards_arr, j, reward)
+                        _store_flag(self.terms, self.terms_arr, j, terminated)
+                        _store_flag(self.truncs, self.truncs_arr, j, truncated)
+                        done = terminated or truncated
+                        if done and self.mode == SAME_STEP:
+                            final = {"final_obs": obs, "final_info": info}
+                            obs, info = env.reset()
+                except Exception as exc:
+                    if self.on_failure is None:
+                        raise
+                    obs, additions, done = self.on_failure(j, exc)
                 self.last_obs[j] = obs
                 if written:
                     if fits_row(obs, <cnp.ndarray> self.obs_arr):
@@ -162,7 +184,9 @@ cdef class EnvLoop:
                     else:
                         written = False  # the worker stacks them all (NumPy's casts)
                 self.autoreset[j] = done
-                if final is not None:
+                if additions is not None:
+                    self.infos.capture(j, additions)
+                elif final is not None:
                     self.infos.capture(j, (final, info))
                 elif PyDict_CheckExact(info) and PyDict_Size(info) == 0:
                     self.infos.empty(j)

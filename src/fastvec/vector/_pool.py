@@ -15,7 +15,8 @@ import weakref
 from typing import Callable, Sequence
 
 import numpy as np
-from gymnasium import Env
+from gymnasium import Env, logger
+from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import clear_mpi_env_vars
 
 from fastvec.errors import WorkerDiedError, annotate
@@ -30,6 +31,7 @@ from fastvec.vector._protocol import STATUS_INFOS as _INFOS
 from fastvec.vector._protocol import STATUS_MESSAGE as _MESSAGE
 from fastvec.vector._protocol import STATUS_OK as _OK
 from fastvec.vector._remote_worker import RemoteWorker, end_workers, usable_cpus
+from fastvec.vector._restarts import Restarts
 from fastvec.vector._shared_buffer import Section, SharedBuffer
 from fastvec.vector._worker import THINK_WINDOW_S, _Worker
 from fastvec.vector._worker_faults import RecoverableError, in_caller, log_failed_workers, remote_exception, worker_died
@@ -55,7 +57,8 @@ class WorkerPool:
         owner: the vector env; its garbage collection (or the interpreter's exit) ends
             the workers.
         env_fns, num_workers, autoreset_mode, step_in_caller, context, daemon,
-        pin_workers, release_openmp_threads: as FastVectorEnv takes them.
+        pin_workers, release_openmp_threads, env_failure, max_restarts: as FastVectorEnv
+            takes them.
         worker_spin_s / parent_spin_s: the shortest spin before a waiting worker /
             the caller blocks.
 
@@ -64,7 +67,8 @@ class WorkerPool:
 
     def __init__(self, owner, env_fns: Sequence[Callable[[], Env]], num_workers: int, *, autoreset_mode,
                  step_in_caller: bool, context: str | None, daemon: bool, worker_spin_s: float,
-                 parent_spin_s: float, pin_workers: bool | None, release_openmp_threads: bool = True):
+                 parent_spin_s: float, pin_workers: bool | None, release_openmp_threads: bool = True,
+                 env_failure: str = "raise", max_restarts: int = 100):
         self.num_envs = len(env_fns)
         self.num_workers = num_workers
         self.step_in_caller = step_in_caller
@@ -80,6 +84,11 @@ class WorkerPool:
         self.remote_mask[self.remote_workers] = 1
         self._env_fns = env_fns
         self._autoreset_mode = autoreset_mode
+        #: with env_failure="restart": what the restarts leave (else None: a failure raises)
+        self.restarts = Restarts(self.num_envs) if env_failure == "restart" else None
+        self.max_restarts = max_restarts
+        self._in_step = False  # the command out is a step (a worker failing it can be restarted)
+        self._attach_message: tuple | None = None  # what a restarted worker is sent to map the block
         self._parent_spin_s = parent_spin_s
         self._wait_mean = parent_spin_s  # how long commands took, a running mean (see _wait_until_done)
         self._release_openmp = OpenMPRelease() if release_openmp_threads else None
@@ -90,6 +99,7 @@ class WorkerPool:
         # _last_done is None until a first step has ended.
         self._think_mean = 0.0
         self._last_done: float | None = None
+        self._next_alive_check = 0.0  # when wait_some next checks that its workers run
         self._last_done_cpu = 0.0
         self.ctrl: np.ndarray | None = None
         #: weak references to what else holds views of the shared block, each released
@@ -114,6 +124,8 @@ class WorkerPool:
     # -- construction and the handshake ------------------------------------------------------
     def _start(self, ctx, daemon: bool, spin_s: float, pin_workers: bool | None) -> None:
         cpus = self._worker_cpus(pin_workers)
+        # (how a worker is started again, with env_failure="restart")
+        self._process_args = (ctx, daemon, spin_s, cpus, pin_workers is None)
         if self.step_in_caller:
             self.workers.append(None)  # (the caller's own share, once the block exists: attach)
         with clear_mpi_env_vars():
@@ -121,7 +133,7 @@ class WorkerPool:
                 self._remote.append(RemoteWorker(
                     ctx, w, self.starts[w], self._env_fns[self.starts[w]:self.stops[w]], daemon=daemon,
                     autoreset_mode=self._autoreset_mode, spin_s=spin_s, cpu=cpus[w],
-                    follow_caller=pin_workers is None))
+                    follow_caller=pin_workers is None, restart=self._restart_state(w, rebuilt=False)))
                 self.workers.append(self._remote[-1])
 
     def _worker_cpus(self, pin: bool | None) -> list:
@@ -157,15 +169,19 @@ class WorkerPool:
     def attach(self, sections: list[Section], size: int, obs_layout: Layout | None, act_layout: Layout) -> SharedBuffer:
         """Create the shared block, hand it to every worker, and return it once they have mapped it."""
         buffer = self._buffers[0] = SharedBuffer(sections, size)
+        self._attach_message = ("attach", sections, size, obs_layout, act_layout)
         for worker in self._remote:
-            _protocol.send(worker.pipe, ("attach", sections, size, obs_layout, act_layout))
+            _protocol.send(worker.pipe, self._attach_message)
             buffer.send(worker.pipe, worker.pid)
         for w in self.remote_workers:
             message = self.recv(w)
             if message[0] == "error":
                 self.raise_remote(w, message)
-        buffer.release_fd()  # every worker has mapped it: from now on only mappings keep it
+        if self.restarts is None:
+            buffer.release_fd()  # every worker has mapped it: from now on only mappings keep it
         self.ctrl = buffer["ctrl"]
+        if self.restarts is not None:
+            _sync.publish_restarts_left(self.ctrl, min(self.max_restarts, 2**32 - 1))
         for worker in self._remote:
             worker.ctrl = self.ctrl
         if self.step_in_caller:
@@ -186,6 +202,7 @@ class WorkerPool:
         """Hand worker ``w`` a pipe command (the caller's own share runs it at the next wait)."""
         worker = self.workers[w]
         worker.forget()
+        self._in_step = False
         worker.dispatch(name, payload)
 
     def forget_abandoned(self, workers) -> None:
@@ -290,6 +307,7 @@ class WorkerPool:
         nothing while sparing a wake-up. The release comes before the hand-off because an
         OpenMP thread that has to share a core with a stepping worker can take milliseconds
         to leave, and the caller waits for it (``docs/vector.md``)."""
+        self._in_step = True
         wall = None if self._last_done is None else now - self._last_done
         if wall is not None:
             busy_cores = (time.process_time() - self._last_done_cpu) / wall if wall > 0 else 0.0
@@ -364,7 +382,15 @@ class WorkerPool:
             got.append(0)
             count += self.stops[0] - self.starts[0]
         while count < want:
-            chunk = LIVENESS_INTERVAL if deadline is None else max(0.0, min(LIVENESS_INTERVAL, deadline - time.perf_counter()))
+            now = time.perf_counter()
+            if now >= self._next_alive_check:
+                # (also while other workers keep answering: a worker that died is seen within
+                # about this interval, not only once the others have all gone quiet)
+                self._next_alive_check = now + LIVENESS_INTERVAL
+                for v in np.flatnonzero(pending).tolist():
+                    if not _sync.is_done(self.ctrl, v):
+                        self.check_alive(v)
+            chunk = LIVENESS_INTERVAL if deadline is None else max(0.0, min(LIVENESS_INTERVAL, deadline - now))
             w = _sync.wait_any_done(self.ctrl, pending, first, self._parent_spin_s, chunk)
             if w < 0:
                 for v in np.flatnonzero(pending).tolist():
@@ -393,7 +419,13 @@ class WorkerPool:
         statuses = [(w, _sync.status(self.ctrl, w)) for w in workers]
         for w, status in statuses:  # first every message off its pipe (this may be interrupted) ...
             if status not in (_OK, _INFOS) and not all_workers[w].has_received():
-                all_workers[w].received = self.recv(w)
+                try:
+                    all_workers[w].received = self.recv(w)
+                except WorkerDiedError as exc:
+                    if not self._restartable():
+                        raise
+                    self.restart_worker(w, str(exc), "")
+                    statuses = [(v, _sync.status(self.ctrl, w) if v == w else st) for v, st in statuses]
         for w, status in statuses:  # ... then, with nothing left to block on, sort them
             if status == _OK:  # the common case: nothing on the pipe
                 continue
@@ -408,7 +440,11 @@ class WorkerPool:
             else:
                 errors.append((w, message))
         if errors:
-            self._raise_remote_errors(errors)
+            for w in self._raise_remote_errors(errors):  # (returns only if each was restarted)
+                status = _sync.status(self.ctrl, w)  # (what its rebuilt envs' SAME_STEP reset left)
+                if status == _MESSAGE:
+                    replies.append((w, all_workers[w].take_received()))
+                infos_seen = infos_seen or status == _INFOS
         return infos_seen
 
     def recv(self, w: int, timeout: float | None = None):
@@ -434,21 +470,108 @@ class WorkerPool:
         raise in_caller(exc, env_index, phase, closed=True)
 
     def check_alive(self, w: int, wait: float = 0.0) -> None:
-        """Raise WorkerDiedError (closing the pool) if worker ``w``'s process has ended."""
+        """Raise WorkerDiedError (closing the pool) if worker ``w``'s process has ended (with
+        ``env_failure="restart"``, during a step, start it again instead)."""
         worker = self.workers[w]
         if not isinstance(worker, RemoteWorker):  # (the caller's own share)
             return
         code = worker.exitcode(wait)
         if code is None:
             return
+        died = worker_died(w, self.env_range(w), code)
+        if self._restartable():
+            self.restart_worker(w, str(died).replace("; the vector env is closed.", ""), "")
+            return
         self.shutdown(terminate=True)
-        raise worker_died(w, self.env_range(w), code)
+        raise died
 
-    def _raise_remote_errors(self, errors: list) -> None:
+    def _raise_remote_errors(self, errors: list) -> list[int]:
         """Log each failed worker's error as AsyncVectorEnv does, then re-raise the last one
-        (closing the pool)."""
+        (closing the pool). With ``env_failure="restart"``, a step's failed workers are
+        started again instead, while the budget lasts: returns them."""
+        if self._in_step and self.restarts is not None:
+            for k, (w, report) in enumerate(errors):
+                if not self._restartable():
+                    errors = errors[k:]
+                    break
+                _, env_index, phase, type_name, text, trace, _ = report
+                self.restart_worker(w, f"{type_name}: {text} (env {env_index})", trace)
+            else:
+                return [w for w, _ in errors]
         log_failed_workers(errors, self.starts)
         self.raise_remote(*errors[-1])
+
+    # -- restarts (env_failure="restart") ----------------------------------------------------
+    def _restartable(self) -> bool:
+        """Whether a worker failing now is started again: a step is out, the vector env
+        restarts failed workers, and its budget is not spent (else the failure raises, and
+        says how many restarts came before)."""
+        restarts = self.restarts
+        if restarts is None or not self._in_step:
+            return False
+        if _sync.take_restart(self.ctrl):
+            return True
+        logger.error(f"FastVectorEnv: max_restarts={self.max_restarts} restarts spent "
+                     f"(restarts per env: {restarts.counts.tolist()}); this failure ends the vector env.")
+        return False
+
+    def _restart_state(self, w: int, rebuilt: bool):
+        """What worker ``w``'s process is told of its envs' seeds and restarts (None: failures raise)."""
+        if self.restarts is None:
+            return None
+        return self.restarts.state_for(self.starts[w], self.stops[w], rebuilt)
+
+    def restart_worker(self, w: int, error: str, trace: str) -> None:
+        """Replace worker ``w``, which failed the step out: end its process, start a new
+        one that builds its envs again and maps the block, and leave in the block what the
+        step reports for each of its envs (truncated, reward 0; the caller's
+        :class:`~fastvec.vector._restarts.Restarts` adds the last observations and infos).
+        With SAME_STEP autoreset the rebuilt envs are reset at once (with their derived
+        seeds), and their first observations and reset infos are what the step returns for
+        them (a pipe reply is kept in the worker's ``received`` for :meth:`read_statuses`).
+        Raises, closing the pool, if the new process fails to start (a constructor that now
+        fails would fail again) or that reset fails."""
+        old = self.workers[w]
+        envs = list(range(self.starts[w], self.stops[w]))
+        self.restarts.record(envs, error, trace)
+        old.forget()
+        end_workers([old], [], [], timeout=0.0)
+        self.ctrl[w, :] = 0  # (no command out: the row as a new worker expects it)
+        ctx, daemon, spin_s, cpus, follow_caller = self._process_args
+        with clear_mpi_env_vars():
+            new = RemoteWorker(ctx, w, self.starts[w], self._env_fns[self.starts[w]:self.stops[w]], daemon=daemon,
+                               autoreset_mode=self._autoreset_mode, spin_s=spin_s, cpu=cpus[w],
+                               follow_caller=follow_caller, restart=self._restart_state(w, rebuilt=True))
+        self._remote[self._remote.index(old)] = new
+        self.workers[w] = new
+        self._in_step = False  # (a failure from here on is the new worker's start: it raises)
+        for message in (None, self._attach_message):
+            if message is not None:
+                _protocol.send(new.pipe, message)
+                self._buffers[0].send(new.pipe, new.pid)
+            reply = self.recv(w)
+            if reply[0] == "error":
+                self.raise_remote(w, reply)
+        new.ctrl = self.ctrl
+        block = self._buffers[0]
+        rows = slice(self.starts[w], self.stops[w])
+        if self._autoreset_mode is AutoresetMode.SAME_STEP:
+            new.dispatch("reset", ([None] * len(envs), None, None))  # (None: each env's derived seed)
+            only_w = np.zeros(self.num_workers, dtype=np.uint8)
+            only_w[w] = 1
+            while _sync.wait_all_done(self.ctrl, only_w, self._parent_spin_s, LIVENESS_INTERVAL, 0.0) >= 0:
+                self.check_alive(w)
+            if _sync.status(self.ctrl, w) not in (_OK, _INFOS):
+                reply = self.recv(w)
+                if reply[0] == "error":
+                    self.raise_remote(w, reply)
+                new.received = reply
+        else:
+            block["info_ids"][rows] = 0
+        self._in_step = True
+        block["rewards"][rows] = 0.0
+        block["terminations"][rows] = False
+        block["truncations"][rows] = True
 
     def raise_remote(self, w: int, report: tuple, close: bool = True) -> None:
         """Re-raise a worker's exception in the caller (closing the pool first, unless ``close=False``)."""

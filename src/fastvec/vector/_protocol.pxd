@@ -18,6 +18,9 @@ cpdef enum SharedWord:
     ANY_SLEEPING = 1     # the caller sleeps on ANY_DONE
     CALLER_THINK_US = 2  # the caller's time between a step's results and its next step (µs,
                          # a running mean): waiting workers spin only while it is short
+    RESTARTS_LEFT = 3    # env_failure="restart": failures that may still be recovered from; a
+                         # worker takes one before it rebuilds an env, the caller before it
+                         # restarts a worker (so the budget is one, whoever recovers)
 
 
 cpdef enum Command:

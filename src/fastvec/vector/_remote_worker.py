@@ -46,13 +46,15 @@ class RemoteWorker:
         daemon, autoreset_mode, spin_s: as the pool takes them.
         cpu: the CPU it is pinned to (None: not pinned); ``follow_caller``: it leaves that
             CPU while the caller keeps more than one core busy (``pin_workers=None``).
+        restart: with ``env_failure="restart"``, its envs' seeds and restart counts, and
+            whether it replaces a worker that failed (a :class:`~fastvec.vector._restarts.RestartState`).
 
     Raises:
         TypeError: the constructors cannot be sent to a process of this start method.
     """
 
     def __init__(self, ctx, index: int, first: int, env_fns: Sequence[Callable], *, daemon: bool, autoreset_mode,
-                 spin_s: float, cpu: int | None, follow_caller: bool):
+                 spin_s: float, cpu: int | None, follow_caller: bool, restart=None):
         self.index = index
         self.first = first
         self.stop = first + len(env_fns)
@@ -65,7 +67,7 @@ class RemoteWorker:
             target=worker_main,
             name=f"Worker<FastVectorEnv>-{index}",
             args=(index, [CloudpickleWrapper(fn) for fn in env_fns], first, child_pipe, self.pipe, os.getpid(),
-                  autoreset_mode, spin_s, cpu, follow_caller),
+                  autoreset_mode, spin_s, cpu, follow_caller, restart),
             daemon=daemon,
         )
         try:

@@ -31,6 +31,7 @@ from libc.string cimport memcpy
 cimport numpy as cnp
 
 from fastvec.vector._protocol cimport (ANY_DONE, ANY_SLEEPING, CALLER_THINK_US, CMD, CMD_SEQ, DONE_SEQ,
+                                       RESTARTS_LEFT,
                                        PARENT_SLEEPING, ROW_WORDS, STATUS, WORKER_SLEEPING)
 from fastvec.vector._rows cimport copy_row, fits_row, row_bytes
 
@@ -43,6 +44,7 @@ cdef extern from "fv_platform.h" nogil:
     uint32_t fv_load_u32(uint32_t *p, int order)
     void fv_store_u32(uint32_t *p, uint32_t v, int order)
     uint32_t fv_add_u32(uint32_t *p, uint32_t v, int order)
+    int fv_cas_u32(uint32_t *p, uint32_t *expected, uint32_t desired, int success, int failure)
     void fv_pause()
     double fv_now()
     void fv_block(uint32_t *p, uint32_t expected, double timeout_s)
@@ -402,6 +404,26 @@ def publish_caller_think(cnp.ndarray ctrl not None, double seconds):
     cdef Py_ssize_t workers
     cdef uint32_t *base = ctrl_words(ctrl, &workers)
     fv_store(&_row(base, workers)[<int>CALLER_THINK_US], <uint32_t>min(max(seconds * 1e6, 0.0), 4e9))
+
+
+def publish_restarts_left(cnp.ndarray ctrl not None, uint32_t count):
+    """Caller side: how many failures may be recovered from (``env_failure="restart"``)."""
+    cdef Py_ssize_t workers
+    cdef uint32_t *base = ctrl_words(ctrl, &workers)
+    fv_store(&_row(base, workers)[<int>RESTARTS_LEFT], count)
+
+
+def take_restart(cnp.ndarray ctrl not None):
+    """Either side: take one failure's worth of the restart budget: True, having taken it;
+    False when it is spent (the failure then raises)."""
+    cdef Py_ssize_t workers
+    cdef uint32_t *word = &_row(ctrl_words(ctrl, &workers), workers)[<int>RESTARTS_LEFT]
+    cdef uint32_t seen = fv_load(word)
+    while seen > 0:
+        # (a failed exchange leaves the current value in ``seen``: try again with it)
+        if fv_cas_u32(word, &seen, seen - 1, FV_SEQ_CST, FV_SEQ_CST):
+            return True
+    return False
 
 
 def read_caller_think(cnp.ndarray ctrl not None):

@@ -14,6 +14,7 @@ and info values that are not numbers (see :mod:`fastvec.vector._infos`).
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import signal
 import sys
@@ -33,6 +34,7 @@ from fastvec.vector._protocol import CMD_STEP_PIPE as _STEP_PIPE
 from fastvec.vector._protocol import STATUS_INFOS as _INFOS
 from fastvec.vector._protocol import STATUS_MESSAGE as _MESSAGE
 from fastvec.vector._protocol import STATUS_OK as _OK
+from fastvec.vector._restarts import RestartState, derived_seed
 from fastvec.vector._shared_buffer import SharedBuffer, receive
 from fastvec.vector._step_server import StepServer, watch_parent
 
@@ -60,9 +62,15 @@ class _Worker:
     """One worker's envs and their views of the shared buffer (also the caller's own
     share with ``step_in_caller=True``, then with no pipe)."""
 
-    def __init__(self, index, envs, first, autoreset_mode, buffer, obs_layout, act_layout):
+    def __init__(self, index, envs, first, autoreset_mode, buffer, obs_layout, act_layout,
+                 restart: RestartState | None = None, env_fns: list | None = None):
         self.index = index
         self.envs = envs
+        self.autoreset_mode = autoreset_mode
+        self.ctrl = buffer["ctrl"]
+        #: with env_failure="restart": each env's last seed, restart count, and constructor
+        self.restart = restart
+        self.env_fns = env_fns
         self.first = first
         self.stop = first + len(envs)
         self.obs_layout = obs_layout
@@ -78,6 +86,14 @@ class _Worker:
         self.truncations = buffer["truncations"][rows]
         self.infos = InfoWriter(buffer["info_ids"][rows], buffer["info_rows"][rows])
         self.autoreset = [False] * len(envs)
+        #: per env, a seed its next reset uses when it is given none (a rebuilt env's, see
+        #: FastVectorEnv's ``env_failure="restart"``), then forgotten
+        self.next_seeds: list[int | None] = [None] * len(envs)
+        if restart is not None and restart.rebuilt:
+            # This worker replaces one that failed: every env's next reset (the next step's
+            # autoreset, or the user's with DISABLED) uses its derived seed.
+            self.next_seeds[:] = [derived_seed(s, c) for s, c in zip(restart.seeds, restart.counts)]
+            self.autoreset[:] = [True] * len(envs)
         self.last_obs: list[Any] = [None] * len(envs)
         # per env, per object leaf of the observation: the value the caller has
         self._sent = ([[_UNSENT] * sum(leaf.is_object for leaf in obs_layout.leaves) for _ in envs]
@@ -88,7 +104,10 @@ class _Worker:
         leaf_obs = (self.obs_slabs[0] if obs_layout is not None and obs_layout.is_leaf
                     and not obs_layout.has_objects else None)
         self.env_loop = EnvLoop(envs, first, AUTORESET_CODES[autoreset_mode], self.rewards, self.terminations,
-                                self.truncations, self.last_obs, self.autoreset, self.infos.kernel, leaf_obs)
+                                self.truncations, self.last_obs, self.autoreset, self.infos.kernel, leaf_obs,
+                                self.next_seeds)
+        if restart is not None and env_fns is not None:
+            self.env_loop.on_failure = self.rebuild_env
 
     # -- commands -----------------------------------------------------------------
     def step(self, actions: list | None = None) -> tuple[int, Any]:
@@ -125,7 +144,13 @@ class _Worker:
                 kernel.clear(j)
                 continue
             self.current_env = self.first + j
-            self.last_obs[j], info = env.reset(seed=seeds[j], options=options)
+            seed = seeds[j]
+            if seed is None:
+                seed = self.next_seeds[j]
+            elif self.restart is not None:
+                self.restart.seeds[j] = seed
+            self.next_seeds[j] = None
+            self.last_obs[j], info = env.reset(seed=seed, options=options)
             self.autoreset[j] = False
             # A reset is a transition with no reward (what send/recv returns for it).
             self.rewards[j] = 0.0
@@ -152,6 +177,41 @@ class _Worker:
             env.set_wrapper_attr(name, values[j])
         self.current_env = None
         return Status.OK, None
+
+    def rebuild_env(self, j: int, exc: Exception) -> tuple:
+        """Env ``j`` raised ``exc`` during a step (FastVectorEnv's ``env_failure="restart"``):
+        build it again and return what it contributes to the step instead (the env loop's
+        ``on_failure``): ``(obs, info dicts, autoreset)``. It reports ``truncated=True``,
+        reward 0 and ``env_restarted``/``env_error`` infos; its last observation (NEXT_STEP,
+        DISABLED: its next reset is seeded from its last seed and restart count), or at once
+        its first one from that reset (SAME_STEP, the last one in ``final_obs``).
+
+        Raises ``exc`` when the restart budget is spent, or the constructor's own error.
+        """
+        if not _sync.take_restart(self.ctrl):
+            raise exc
+        text = f"{type(exc).__qualname__}: {exc} (env {self.first + j})"
+        logging.getLogger("fastvec.vector").warning(
+            "FastVectorEnv worker %d rebuilds env %d after: %s", self.index, self.first + j,
+            "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        try:
+            self.envs[j].close()
+        except Exception:
+            pass
+        self.envs[j] = self.env_fns[j]()
+        restart = self.restart
+        restart.counts[j] += 1
+        seed = derived_seed(restart.seeds[j], restart.counts[j])
+        self.rewards[j] = 0.0
+        self.terminations[j] = False
+        self.truncations[j] = True
+        restarted = {"env_restarted": True, "env_error": text}
+        last = self.last_obs[j]
+        if self.autoreset_mode == AutoresetMode.SAME_STEP:
+            obs, info = self.envs[j].reset(seed=seed)
+            return obs, ({"final_obs": last, "final_info": restarted}, {**info, **restarted}), False
+        self.next_seeds[j] = seed
+        return last, (restarted,), True
 
     # -- helpers --------------------------------------------------------------------
     def _read_actions(self) -> list | np.ndarray:
@@ -291,11 +351,12 @@ def error_report(exc: BaseException, env_index: int | None, phase: str) -> tuple
 
 def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: int,
                 autoreset_mode: AutoresetMode, spin_s: float, cpu: int | None = None,
-                unpin_for_busy_caller: bool = False) -> None:
+                unpin_for_busy_caller: bool = False, restart: RestartState | None = None) -> None:
     """Entry point of a worker process (see FastVectorEnv for the protocol); ``cpu``: the
     CPU to pin it to (None: not pinned); ``unpin_for_busy_caller``: leave that CPU while the
     caller keeps more than one core busy between steps, and come back once it no longer does
-    (FastVectorEnv's ``pin_workers=None``)."""
+    (FastVectorEnv's ``pin_workers=None``); ``restart``: with ``env_failure="restart"``, its
+    envs' seeds and restart counts, and whether it replaces a worker that failed."""
     # Ctrl-C goes to the whole process group; the caller decides what happens.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     follow_caller = None
@@ -331,7 +392,7 @@ def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: 
             return
         _, sections, size, obs_layout, act_layout = message
         buffer = SharedBuffer(sections, size, fd=receive(pipe))
-        worker = _Worker(index, envs, first, autoreset_mode, buffer, obs_layout, act_layout)
+        worker = _Worker(index, envs, first, autoreset_mode, buffer, obs_layout, act_layout, restart, env_fns)
         _protocol.send(pipe, ("ready",))
         _serve(worker, buffer["ctrl"], pipe, spin_s, parent_alive, follow_caller)
     except (EOFError, BrokenPipeError, ConnectionResetError):

@@ -14,12 +14,13 @@ import numpy as np
 from gymnasium import Env, Space, logger
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
-from gymnasium.vector.utils import batch_differing_spaces, batch_space
+from gymnasium.vector.utils import batch_differing_spaces, batch_space, create_empty_array
 
 from fastvec.errors import AlreadyPendingCallError, NoAsyncCallError
 from fastvec.vector._arguments import (check_no_ended_envs, check_synchronous, checked_batch_size, checked_count,
                                        seeds_per_env, split_reset_options)
 from fastvec.vector._pool import WorkerPool, usable_cpus
+from fastvec.vector._batch_tree import copy_batch, put_rows
 from fastvec.vector._staging import Staging, layouts
 from fastvec.vector._step_driver import StepDriver
 from fastvec.vector._worker_vector_env import CallState, WorkerVectorEnv
@@ -124,12 +125,30 @@ class FastVectorEnv(WorkerVectorEnv):
             parallel region, on the cores the workers need for the step; the next
             parallel region starts them again (tens of microseconds). No setting of
             yours changes. Default ``True``; ``False`` leaves them alone.
+        env_failure: what a failure during a step does. ``"raise"`` (default): the env's
+            exception (or :class:`~fastvec.errors.WorkerDiedError`) is raised and the vector
+            env closes. ``"restart"``: an env whose ``step`` (or the autoreset inside one)
+            raises is built again from its constructor, in its worker; a worker process that
+            ends (a segfault, ``os._exit``, a kill) is started again with all its envs built
+            anew. The step returns every other env's results as they came; each rebuilt env
+            reports ``truncated=True``, ``terminated=False``, reward 0, and
+            ``infos["env_restarted"]`` / ``infos["env_error"]`` (with their masks), with its
+            last observation before the failure (NEXT_STEP, DISABLED: its next reset, the
+            next step's autoreset or yours, is seeded from its last seed and its restart
+            count) or at once its first one from that reset (SAME_STEP: the last one in
+            ``final_obs``, the restart infos in ``final_info`` too). A failure during
+            ``reset``/``call``, or of a rebuilt env's constructor, still raises; so does
+            one in the caller's own share (``step_in_caller=True`` is refused). See
+            ``docs/vector.md``, "Failures and restarts".
+        max_restarts: with ``env_failure="restart"``, how many failures are recovered
+            from in all; the next one raises as with ``"raise"``. Default 100.
 
     Raises:
         TypeError: ``env_fns`` is not a non-empty sequence of callables, or bad
-            ``num_workers``/``batch_size``/``pin_workers`` types.
-        ValueError: bad ``num_workers``, ``batch_size`` or ``observation_mode``, or a
-            custom observation space with ``shared_memory=True``.
+            ``num_workers``/``batch_size``/``pin_workers``/``max_restarts`` types.
+        ValueError: bad ``num_workers``, ``batch_size``, ``observation_mode``,
+            ``env_failure`` or ``max_restarts``, ``env_failure="restart"`` with
+            ``step_in_caller=True``, or a custom observation space with ``shared_memory=True``.
         RuntimeError: the envs' spaces differ (see ``observation_mode``), or the platform
             is Windows (FastVectorEnv needs POSIX: Linux or macOS).
     """
@@ -155,6 +174,8 @@ class FastVectorEnv(WorkerVectorEnv):
         parent_spin_us: float = 20.0,
         pin_workers: bool | None = None,
         release_openmp_threads: bool = True,
+        env_failure: str = "raise",
+        max_restarts: int = 100,
     ) -> None:
         if sys.platform == "win32":
             # Its workers get the shared block by file-descriptor passing (SCM_RIGHTS) and are
@@ -183,6 +204,7 @@ class FastVectorEnv(WorkerVectorEnv):
         self.observation_mode = observation_mode
         self.autoreset_mode = autoreset_mode if isinstance(autoreset_mode, AutoresetMode) else AutoresetMode(autoreset_mode)
         self._autoreset_disabled = self.autoreset_mode is AutoresetMode.DISABLED  # read on every step
+        self._same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
         if not (observation_mode in ("same", "different") or (isinstance(observation_mode, tuple) and len(observation_mode) == 2)):
             raise ValueError(
                 f"Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single and batch "
@@ -194,12 +216,16 @@ class FastVectorEnv(WorkerVectorEnv):
         self.step_in_caller = bool(step_in_caller)
         if pin_workers is not None and not isinstance(pin_workers, bool):
             raise TypeError(f"pin_workers must be None, True or False, got {pin_workers!r}")
+        _check_failure_arguments(env_failure, max_restarts, self.step_in_caller)
 
         self._pool = WorkerPool(self, env_fns, self.num_workers, autoreset_mode=self.autoreset_mode,
                                 step_in_caller=self.step_in_caller, context=context, daemon=daemon,
                                 worker_spin_s=float(worker_spin_us) * 1e-6,
                                 parent_spin_s=float(parent_spin_us) * 1e-6, pin_workers=pin_workers,
-                                release_openmp_threads=bool(release_openmp_threads))
+                                release_openmp_threads=bool(release_openmp_threads),
+                                env_failure=env_failure, max_restarts=max_restarts)
+        self._restarts = self._pool.restarts  # (None: failures raise)
+        self._last_obs = None  # with restarts: every env's last observation (what a failed one reports)
         try:
             self._set_spaces(self._pool.hellos())
             obs_layout, act_layout, sections, size = layouts(
@@ -227,6 +253,11 @@ class FastVectorEnv(WorkerVectorEnv):
         self._inflight = np.zeros(self.num_workers, dtype=np.uint8)
         self._async_used = False  # set by send/async_reset; spares step() a check
         self._next_worker = 0  # where recv's round-robin scan starts
+        if self._restarts is not None:
+            try:
+                self._last_obs = create_empty_array(self.single_observation_space, self.num_envs)
+            except Exception:  # (a space Gymnasium cannot batch: the rows then keep what the step left)
+                self._last_obs = None
 
     def _set_spaces(self, hellos: list[tuple]) -> None:
         """Spaces, metadata and render mode from the envs' hellos; their spaces must agree."""
@@ -284,6 +315,14 @@ class FastVectorEnv(WorkerVectorEnv):
         """The worker processes (the caller's own share, if any, has none)."""
         return self._pool.processes if self._pool is not None else []
 
+    @property
+    def restarts(self) -> np.ndarray:
+        """How many times each env was built again after a failure (``env_failure="restart"``;
+        all zeros otherwise)."""
+        if self._restarts is None:
+            return np.zeros(self.num_envs, dtype=np.int64)
+        return self._restarts.counts.copy()
+
     # -- the step -----------------------------------------------------------------------
     def step(self, actions):
         """Step every env with its action; returns (obs, rewards, terminations, truncations, infos)."""
@@ -299,7 +338,9 @@ class FastVectorEnv(WorkerVectorEnv):
                 if not driver.pending:  # (nothing was sent, or the wait is over)
                     self._state = _DEFAULT
             if done:
-                return driver.results()
+                if self._restarts is None:
+                    return driver.results()
+                return self._mark_restarts(driver.results())
         self.step_async(actions)
         # step_wait() without its checks, which step_async has just made true
         return self._step_results(self._finish_pending("step_wait", None))
@@ -332,13 +373,25 @@ class FastVectorEnv(WorkerVectorEnv):
         staging = self._staging
         if self._autoreset_disabled:
             np.logical_or(staging.terminations, staging.truncations, out=self._autoreset_envs)
-        return (
+        results = (
             staging.observations(),
             staging.rewards.copy(),
             staging.terminations.copy(),
             staging.truncations.copy(),
             infos,
         )
+        return results if self._restarts is None else self._mark_restarts(results)
+
+    def _mark_restarts(self, results: tuple) -> tuple:
+        """With ``env_failure="restart"``: a step's results with the envs rebuilt during it
+        marked (see ``env_failure``), and every env's observation kept for the next one."""
+        obs, rewards, terminations, truncations, infos = results
+        self._restarts.learn(infos)
+        if self._restarts.unreported:
+            obs = self._restarts.report(obs, self._last_obs, infos, same_step=self._same_step)
+        if self._last_obs is not None:
+            self._last_obs = copy_batch(obs)
+        return obs, rewards, terminations, truncations, infos
 
     def _start_steps(self, workers, per_env: list | None, env_ids=None) -> None:
         if per_env is None:
@@ -364,6 +417,8 @@ class FastVectorEnv(WorkerVectorEnv):
         self._assert_no_pending_call("reset_async", period=False)
         seeds = seeds_per_env(seed, self.num_envs)
         options, mask = split_reset_options(options, self.num_envs)
+        if self._restarts is not None:
+            self._restarts.remember_seeds([s if mask is None or mask[k] else None for k, s in enumerate(seeds)])
         self._drain()
         pending = np.zeros(self.num_workers, dtype=np.uint8)
         for w in range(self.num_workers):
@@ -384,7 +439,10 @@ class FastVectorEnv(WorkerVectorEnv):
     def reset_wait(self, timeout: float | None = None):
         """Wait for the reset sent by :meth:`reset_async`; returns (obs, infos)."""
         infos = self._collect(_WAITING_RESET, "reset_wait", timeout)
-        return self._staging.observations(), infos
+        obs = self._staging.observations()
+        if self._last_obs is not None:
+            self._last_obs = copy_batch(obs)
+        return obs, infos
 
     # -- async: send / recv ------------------------------------------------------------
     def async_reset(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
@@ -440,8 +498,17 @@ class FastVectorEnv(WorkerVectorEnv):
         infos = staging.take_replies(replies, env_ids, infos_seen)
         infos["env_id"] = env_ids
         rows = slice(self._starts[got[0]], self._stops[got[-1]]) if contiguous else env_ids
+        obs = staging.observation_rows(rows)
+        if self._restarts is not None:
+            env_list = env_ids.tolist()
+            self._restarts.learn(infos, env_ids)
+            if self._restarts.unreported:
+                obs = self._restarts.report(obs, self._last_obs, infos, {e: k for k, e in enumerate(env_list)},
+                                            same_step=self._same_step)
+            if self._last_obs is not None:
+                put_rows(self._last_obs, env_list, obs, list(range(len(env_list))))
         return (
-            staging.observation_rows(rows),
+            obs,
             staging.rewards[rows].copy() if contiguous else staging.rewards[rows],
             staging.terminations[rows].copy() if contiguous else staging.terminations[rows],
             staging.truncations[rows].copy() if contiguous else staging.truncations[rows],
@@ -512,3 +579,16 @@ class FastVectorEnv(WorkerVectorEnv):
         if self.spec is None:
             return f"FastVectorEnv(num_envs={self.num_envs}, num_workers={getattr(self, 'num_workers', '?')})"
         return f"FastVectorEnv({self.spec.id}, num_envs={self.num_envs}, num_workers={self.num_workers})"
+
+
+def _check_failure_arguments(env_failure, max_restarts, step_in_caller: bool) -> None:
+    """Check FastVectorEnv's ``env_failure`` and ``max_restarts`` (see its docstring)."""
+    if env_failure not in ("raise", "restart"):
+        raise ValueError(f"env_failure must be 'raise' or 'restart', got {env_failure!r}")
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, (int, np.integer)):
+        raise TypeError(f"max_restarts must be an int, got {type(max_restarts).__name__}")
+    if max_restarts < 0:
+        raise ValueError(f"max_restarts must be >= 0, got {max_restarts}")
+    if env_failure == "restart" and step_in_caller:
+        raise ValueError("env_failure='restart' needs every env in a worker process: the caller's own share "
+                         "(step_in_caller=True) cannot be restarted")

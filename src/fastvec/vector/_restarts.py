@@ -1,0 +1,165 @@
+"""Both sides: the bookkeeping of ``FastVectorEnv(env_failure="restart")``.
+
+An env that raises in a step is built again by its worker (``_Worker.rebuild_env``); a
+worker whose process ends is replaced by :class:`~fastvec.vector._pool.WorkerPool`. The
+budget both draw on is one shared word (``RESTARTS_LEFT``). This module holds the rest: the
+seed a rebuilt env is reset with (:func:`derived_seed`, both sides), what a worker process is
+told of its envs' seeds and restarts (:class:`RestartState`), and, in the caller, the count
+per env, the log, and what the step that saw a worker's process end reports for its envs
+(:class:`Restarts`).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from fastvec.vector._batch_tree import put_rows, row_of
+
+__all__ = ["Restarts", "RestartState", "derived_seed"]
+
+logger = logging.getLogger("fastvec.vector")
+
+
+def derived_seed(seed: int | None, restarts: int) -> int | None:
+    """The seed a rebuilt env's first reset uses: drawn from its last seed (the one its last
+    seeded reset was given) and its restart count, so that a rerun fails and recovers the
+    same way; None for an env that was never seeded.
+
+    Example:
+        >>> derived_seed(7, 1) == derived_seed(7, 1) != derived_seed(7, 2)
+        True
+        >>> derived_seed(None, 1) is None
+        True
+    """
+    if seed is None:
+        return None
+    return int(np.random.SeedSequence([int(seed), int(restarts)]).generate_state(1)[0])
+
+
+class RestartState:
+    """What a worker process is told of its envs: their last seeds and restart counts, and
+    whether it replaces a worker that failed (its envs' next resets then use their derived
+    seeds)."""
+
+    def __init__(self, seeds: list, counts: list, rebuilt: bool):
+        self.seeds = list(seeds)
+        self.counts = list(counts)
+        self.rebuilt = rebuilt
+
+
+class Restarts:
+    """The caller's side of the restarts of one vector env of ``num_envs`` envs.
+
+    Example:
+        >>> restarts = Restarts(4)
+        >>> restarts.remember_seeds([10, 11, None, 13])
+        >>> restarts.record([2, 3], "ValueError: boom", "Traceback ...")
+        >>> restarts.counts.tolist(), restarts.total
+        ([0, 0, 1, 1], 1)
+        >>> state = restarts.state_for(2, 4, rebuilt=True)
+        >>> state.seeds, state.counts
+        ([None, 13], [1, 1])
+    """
+
+    def __init__(self, num_envs: int):
+        self.num_envs = num_envs
+        #: how many times each env was built again
+        self.counts = np.zeros(num_envs, dtype=np.int64)
+        self.total = 0  # failures recovered from
+        #: each env's seed from its last seeded reset (None: never seeded)
+        self.seeds: list[int | None] = [None] * num_envs
+        #: (env indices, error text) of the worker restarts the next results report
+        self.unreported: list[tuple[list[int], str]] = []
+
+    def remember_seeds(self, seeds: list) -> None:
+        """The seeds of a reset, one per env (None: that env was not seeded)."""
+        for k, seed in enumerate(seeds):
+            if seed is not None:
+                self.seeds[k] = int(seed)
+
+    def state_for(self, first: int, stop: int, rebuilt: bool) -> RestartState:
+        """What the worker process of envs ``[first, stop)`` is told (see :class:`RestartState`)."""
+        return RestartState(self.seeds[first:stop], self.counts[first:stop].tolist(), rebuilt)
+
+    def record(self, envs: list[int], error: str, trace: str) -> None:
+        """The worker process of ``envs`` failed with ``error`` (``trace``: its traceback, if
+        it sent one) and is started again with them."""
+        self.total += 1
+        self.counts[envs] += 1
+        self.unreported.append((list(envs), error))
+        logger.warning("FastVectorEnv restarts the worker of envs %s after: %s\n%s", envs, error, trace)
+
+    def learn(self, infos: dict, env_of_row: Any = None) -> None:
+        """Count the envs a worker rebuilt during a step, from the step's ``infos``
+        (``env_of_row``: the env index of each output row; default: the same)."""
+        flags = infos.get("env_restarted")
+        if flags is None:
+            return
+        for row in np.flatnonzero(flags).tolist():
+            env = row if env_of_row is None else int(env_of_row[row])
+            self.total += 1
+            self.counts[env] += 1
+            logger.warning("FastVectorEnv: env %d was rebuilt after: %s", env, infos["env_error"][row])
+
+    def report(self, obs: Any, last_obs: Any, infos: dict, rows_of: dict | None = None,
+               same_step: bool = False) -> Any:
+        """Mark the worker restarts since the last results in one step's results: the
+        rebuilt envs' rows of ``obs`` become their observations before the failure (from
+        ``last_obs``), and ``infos`` gains (or adds these rows to) ``env_restarted`` (bool)
+        and ``env_error`` (the error's text), each with its mask, as an env's own
+        ``{"env_restarted": True, "env_error": text}`` info would. With ``same_step``
+        (SAME_STEP autoreset) the rows keep the rebuilt envs' first observations, and the
+        last ones go to ``final_obs``, the restart infos to ``final_info`` too.
+        ``rows_of``: env index -> output row (default: the same). Returns the observations."""
+        restarted = [(env, error) for envs, error in self.unreported for env in envs]
+        self.unreported = []
+        rows, envs, errors = [], [], []
+        for env, error in restarted:
+            row = env if rows_of is None else rows_of.get(env)
+            if row is not None:
+                rows.append(row)
+                envs.append(env)
+                errors.append(error)
+        if not rows:
+            return obs
+        num_out = len(_first_leaf(obs))
+        if same_step:
+            # (as SyncVectorEnv batches an ended env's {"final_obs": obs, "final_info": info})
+            if "final_obs" not in infos:
+                infos["final_obs"] = np.full(num_out, None, dtype=object)
+                infos["_final_obs"] = np.zeros(num_out, dtype=np.bool_)
+                infos["final_info"] = {}
+                infos["_final_info"] = np.zeros(num_out, dtype=np.bool_)
+            for row, env in zip(rows, envs):
+                infos["final_obs"][row] = None if last_obs is None else row_of(last_obs, env)
+            infos["_final_obs"][rows] = True
+            infos["_final_info"][rows] = True
+            _add_restarted(infos["final_info"], num_out, rows, errors)
+        elif last_obs is not None:
+            put_rows(obs, rows, last_obs, envs)
+        _add_restarted(infos, num_out, rows, errors)
+        return obs
+
+
+def _add_restarted(infos: dict, num_out: int, rows: list[int], errors: list[str]) -> None:
+    """``infos`` as if the env of each of ``rows`` had added ``{"env_restarted": True,
+    "env_error": error}`` (Gymnasium's batching: a bool and an object array, with masks)."""
+    if "env_restarted" not in infos:
+        infos["env_restarted"] = np.zeros(num_out, dtype=np.bool_)
+        infos["_env_restarted"] = np.zeros(num_out, dtype=np.bool_)
+    if "env_error" not in infos:
+        infos["env_error"] = np.full(num_out, None, dtype=object)
+        infos["_env_error"] = np.zeros(num_out, dtype=np.bool_)
+    for key in ("env_restarted", "_env_restarted", "_env_error"):
+        infos[key][rows] = True
+    for row, error in zip(rows, errors):
+        infos["env_error"][row] = error
+
+
+def _first_leaf(obs: Any):
+    """The first array of a batch of observations (its length is the batch's)."""
+    while isinstance(obs, (dict, tuple)):
+        obs = next(iter(obs.values())) if isinstance(obs, dict) else obs[0]
+    return obs

@@ -1,0 +1,342 @@
+"""FastVectorEnv(env_failure="restart"): an env that raises in a step is built again in its
+worker; a worker process that ends is started again with its envs built anew; the step
+returns with everyone else's results as SyncVectorEnv's.
+
+Each fault is injected once (a marker file), at a chosen step, in env 5 of 8 over 2 workers
+(worker 1 steps envs 4..7). Every env that was not rebuilt must equal SyncVectorEnv's, bit for
+bit, throughout: envs 0..3 always, and envs 4, 6, 7 too when only env 5 raised.
+"""
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from fastvec import FastVectorEnv, WorkerDiedError
+from helpers import assert_same, block_mappings
+from toy_envs import FlakyEnv
+
+pytestmark = pytest.mark.needs_posix
+
+NUM_ENVS, FAILING, FAIL_AT, SEED = 8, 5, 4, 7
+WORKER_1 = list(range(4, 8))  # what a worker restart rebuilds
+ENV_5 = [FAILING]  # what an env's exception rebuilds
+
+
+def _fns(marker, how="raise", **kwargs):
+    return [(lambda k=k: FlakyEnv(FAIL_AT if k == FAILING else None, how, marker, **kwargs)) for k in range(NUM_ENVS)]
+
+
+def _derived_seed(env: int, restart: int) -> int:
+    """What the docs promise: drawn from the env's last seed (SEED + env) and its restart count."""
+    return int(np.random.SeedSequence([SEED + env, restart]).generate_state(1)[0])
+
+
+@pytest.fixture
+def workers_seen():
+    """A list to put vector envs in; after the test, no worker process any of them ever had
+    (the replaced ones included) is alive, and this process maps no shared block."""
+    import gc
+
+    envs, pids = [], set()
+    yield envs, pids
+    for env in envs:
+        env.close()
+    for pid in pids:
+        deadline = time.monotonic() + 5
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(pid), f"worker {pid} still alive after close"
+    envs.clear()
+    gc.collect()
+    assert not block_mappings(creator=os.getpid()), "this process still maps a shared block"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _run(env, steps, rebuilt, actions_seed=0, on_step=None):
+    """Step ``env`` beside a SyncVectorEnv of the same envs that never fail; assert every env
+    not in ``rebuilt`` matches it at every step; return every step's results."""
+    kept = [e for e in range(NUM_ENVS) if e not in rebuilt]
+    ref = SyncVectorEnv([lambda: FlakyEnv() for _ in range(NUM_ENVS)])
+    ref_obs, _ = ref.reset(seed=SEED)
+    obs, _ = env.reset(seed=SEED)
+    assert_same(ref_obs, obs, "reset")
+    rng = np.random.default_rng(actions_seed)
+    out = [(obs, None, None, None, {})]
+    for t in range(steps):
+        if on_step is not None:
+            on_step(t, env)
+        actions = rng.integers(0, 2, NUM_ENVS)
+        got, want = env.step(actions), ref.step(actions)
+        for k in range(4):
+            assert_same(want[k][kept], got[k][kept], f"step {t}, result {k}, envs {kept}")
+        assert_same(want[4]["t"][kept], got[4]["t"][kept], f"step {t} infos['t'], envs {kept}")
+        out.append(got)
+    ref.close()
+    return out
+
+
+def _step_to_the_failure(tmp_path, workers_seen, how="raise", **kwargs):
+    """A vector env of ``_fns`` (its workers recorded), reset and stepped up to the step
+    before env 5's failure; returns it and the actions it steps with."""
+    envs, pids = workers_seen
+    env = FastVectorEnv(_fns(None if tmp_path is None else str(tmp_path / "failed"), how,
+                             **kwargs.pop("env_kwargs", {})), num_workers=2, **kwargs)
+    envs.append(env)
+    pids.update(p.pid for p in env.processes)
+    env.reset(seed=SEED)
+    actions = np.zeros(NUM_ENVS, dtype=np.int64)
+    for _ in range(FAIL_AT - 1):
+        env.step(actions)
+    return env, actions
+
+
+def _check_restart_step(out, t, rebuilt, error_has):
+    """Step ``t`` (1-based in ``out``) is where env 5 failed: the ``rebuilt`` envs report it
+    (NEXT_STEP, DISABLED: their last observation)."""
+    before, (obs, rewards, terminations, truncations, infos) = out[t - 1], out[t]
+    np.testing.assert_array_equal(obs[rebuilt], before[0][rebuilt])  # the last observation
+    _check_restart_flags(rewards, terminations, truncations, infos, rebuilt, error_has)
+
+
+def _check_restart_flags(rewards, terminations, truncations, infos, rebuilt, error_has):
+    kept = [e for e in range(NUM_ENVS) if e not in rebuilt]
+    assert rewards[rebuilt].tolist() == [0.0] * len(rebuilt)
+    assert not terminations[rebuilt].any() and truncations[rebuilt].all()
+    expected = np.isin(np.arange(NUM_ENVS), rebuilt)
+    np.testing.assert_array_equal(infos["env_restarted"], expected)
+    np.testing.assert_array_equal(infos["_env_restarted"], expected)
+    np.testing.assert_array_equal(infos["_env_error"], expected)
+    assert all(error_has in infos["env_error"][e] for e in rebuilt), infos["env_error"]
+    assert list(infos["env_error"][kept]) == [None] * len(kept)
+
+
+def _check_reset_after(out, t, rebuilt):
+    """The step after the restart returns the rebuilt envs' first observations, reset with
+    their derived seeds (NEXT_STEP autoreset)."""
+    obs, rewards, terminations, truncations, infos = out[t + 1]
+    for e in rebuilt:
+        fresh, _ = FlakyEnv().reset(seed=_derived_seed(e, 1))
+        np.testing.assert_array_equal(obs[e], fresh, err_msg=f"env {e}")
+    assert rewards[rebuilt].tolist() == [0.0] * len(rebuilt)
+    assert not (terminations[rebuilt] | truncations[rebuilt]).any()
+    assert "env_restarted" not in infos
+
+
+@pytest.mark.parametrize("how, rebuilt, error_has", [
+    ("raise", ENV_5, "ValueError: boom at step 4 (env 5)"),
+    ("exit", WORKER_1, "exited with code 3"),
+    ("segv", WORKER_1, "killed by signal SIGSEGV"),
+])
+def test_a_failed_step_rebuilds_what_failed_and_keeps_the_others_results(tmp_path, workers_seen, how, rebuilt,
+                                                                         error_has):
+    """An env's exception rebuilds that env alone, in its worker; a worker process that ends
+    is started again with all its envs."""
+    envs, pids = workers_seen
+    env = FastVectorEnv(_fns(str(tmp_path / "failed"), how), num_workers=2, env_failure="restart")
+    envs.append(env)
+    pids.update(p.pid for p in env.processes)
+    out = _run(env, 12, rebuilt)
+    pids.update(p.pid for p in env.processes)
+    _check_restart_step(out, FAIL_AT, rebuilt, error_has)
+    _check_reset_after(out, FAIL_AT, rebuilt)
+    assert env.restarts.tolist() == [int(e in rebuilt) for e in range(NUM_ENVS)]
+    assert len(pids) == (2 if rebuilt == ENV_5 else 3)  # (a worker replaced, or none)
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_restart_under_other_start_methods(tmp_path, workers_seen, context):
+    envs, pids = workers_seen
+    env = FastVectorEnv(_fns(str(tmp_path / "failed"), "exit"), num_workers=2, env_failure="restart",
+                        context=context)
+    envs.append(env)
+    pids.update(p.pid for p in env.processes)
+    out = _run(env, 8, WORKER_1)
+    pids.update(p.pid for p in env.processes)
+    _check_restart_step(out, FAIL_AT, WORKER_1, "exited with code 3")
+    _check_reset_after(out, FAIL_AT, WORKER_1)
+
+
+def test_a_worker_killed_from_outside_between_steps(workers_seen):
+    envs, pids = workers_seen
+    env = FastVectorEnv([lambda: FlakyEnv() for _ in range(NUM_ENVS)], num_workers=2, env_failure="restart")
+    envs.append(env)
+
+    def kill_worker_1(t, env):
+        pids.update(p.pid for p in env.processes)
+        if t == FAIL_AT - 1:
+            os.kill(env.processes[1].pid, signal.SIGKILL)
+            env.processes[1].join(5)
+
+    out = _run(env, 8, WORKER_1, on_step=kill_worker_1)
+    _check_restart_step(out, FAIL_AT, WORKER_1, "killed by signal SIGKILL")
+    _check_reset_after(out, FAIL_AT, WORKER_1)
+
+
+@pytest.mark.parametrize("how, rebuilt", [("raise", ENV_5), ("exit", WORKER_1)])
+def test_restarts_in_send_recv(tmp_path, workers_seen, how, rebuilt):
+    envs, pids = workers_seen
+    env = FastVectorEnv(_fns(str(tmp_path / "failed"), how), num_workers=2, batch_size=4, env_failure="restart")
+    envs.append(env)
+    pids.update(p.pid for p in env.processes)
+    obs, _ = env.reset(seed=SEED)
+    last = obs.copy()
+    env.send(np.zeros(NUM_ENVS, dtype=np.int64))
+    deadline = time.monotonic() + 5
+    # (worker 0 may step many times before worker 1's failure is seen: up to ~0.1 s)
+    while time.monotonic() < deadline:
+        obs, rewards, terminations, truncations, infos = env.recv()
+        ids = infos["env_id"]
+        if "env_restarted" in infos:
+            break
+        last[ids] = obs
+        env.send(np.zeros(len(ids), dtype=np.int64))
+    else:
+        pytest.fail("no restart reported within 5 s")
+    pids.update(p.pid for p in env.processes)
+    rows = [k for k, e in enumerate(ids.tolist()) if e in rebuilt]
+    assert ids.tolist() == WORKER_1 and np.flatnonzero(infos["env_restarted"]).tolist() == rows
+    assert truncations[rows].all() and rewards[rows].tolist() == [0.0] * len(rows)
+    np.testing.assert_array_equal(obs[rows], last[rebuilt])
+    assert env.restarts.tolist() == [int(e in rebuilt) for e in range(NUM_ENVS)]
+
+
+def test_disabled_autoreset_the_user_resets_a_rebuilt_env_with_its_derived_seed(tmp_path, workers_seen):
+    envs, pids = workers_seen
+    env, actions = _step_to_the_failure(tmp_path, workers_seen, env_failure="restart",
+                                        autoreset_mode=AutoresetMode.DISABLED)
+    obs, rewards, terminations, truncations, infos = env.step(actions)
+    assert truncations.tolist() == [e == FAILING for e in range(NUM_ENVS)] and infos["env_restarted"][FAILING]
+    with pytest.raises(Exception, match="reset"):  # (DISABLED: an ended env must be reset first)
+        env.step(actions)
+    obs, infos = env.reset(options={"reset_mask": truncations})
+    pids.update(p.pid for p in env.processes)
+    for e in ENV_5:
+        fresh, _ = FlakyEnv().reset(seed=_derived_seed(e, 1))
+        np.testing.assert_array_equal(obs[e], fresh, err_msg=f"env {e}")
+
+
+def test_the_budget_ends_in_the_failure_raised_as_without_restarts(workers_seen):
+    """Every build of env 5 fails at its 4th step: the first failure is recovered from, the
+    second (max_restarts=1) raises the env's own exception and closes the vector env."""
+    envs, pids = workers_seen
+    env, actions = _step_to_the_failure(None, workers_seen, env_failure="restart", max_restarts=1)
+    env.step(actions)
+    assert env.restarts.tolist() == [int(e == FAILING) for e in range(NUM_ENVS)]
+    with pytest.raises(ValueError, match="boom at step 4"):
+        for _ in range(FAIL_AT + 1):  # (one step for the autoreset, then four)
+            env.step(actions)
+    assert env.closed
+
+
+def test_a_constructor_that_fails_on_the_rebuild_raises_at_once(tmp_path, workers_seen):
+    envs, pids = workers_seen
+    env, actions = _step_to_the_failure(tmp_path, workers_seen, env_failure="restart",
+                                        env_kwargs={"build_fails": True})
+    with pytest.raises(RuntimeError, match="cannot build the env again"):
+        env.step(actions)
+    pids.update(p.pid for p in env.processes)
+    assert env.closed
+
+
+def test_raise_stays_the_default(tmp_path, workers_seen):
+    envs, pids = workers_seen
+    env = FastVectorEnv(_fns(str(tmp_path / "failed"), "exit"), num_workers=2)
+    envs.append(env)
+    pids.update(p.pid for p in env.processes)
+    env.reset(seed=SEED)
+    with pytest.raises(WorkerDiedError, match="exited with code 3"):
+        for _ in range(FAIL_AT):
+            env.step(np.zeros(NUM_ENVS, dtype=np.int64))
+    assert env.closed and env.restarts.tolist() == [0] * NUM_ENVS
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"env_failure": "retry"}, ValueError, "env_failure must be 'raise' or 'restart', got 'retry'"),
+    ({"env_failure": "restart", "max_restarts": 1.5}, TypeError, "max_restarts must be an int, got float"),
+    ({"env_failure": "restart", "max_restarts": -1}, ValueError, "max_restarts must be >= 0, got -1"),
+    ({"env_failure": "restart", "step_in_caller": True}, ValueError, "step_in_caller=True"),
+])
+def test_bad_failure_arguments(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        FastVectorEnv([lambda: FlakyEnv() for _ in range(2)], num_workers=2, **kwargs)
+
+
+@pytest.mark.parametrize("how, rebuilt, error_has", [("raise", ENV_5, "boom at step 4"), ("exit", WORKER_1, "code 3")])
+def test_same_step_autoreset_returns_the_rebuilt_envs_first_observations_at_once(tmp_path, workers_seen, how,
+                                                                                 rebuilt, error_has):
+    """SAME_STEP: the rebuilt env's first observation (reset with its derived seed) comes back
+    in the step that saw the failure; ``final_obs`` holds the last one, ``final_info`` the
+    restart."""
+    envs, pids = workers_seen
+    env = FastVectorEnv(_fns(str(tmp_path / "failed"), how), num_workers=2, env_failure="restart",
+                        autoreset_mode=AutoresetMode.SAME_STEP)
+    envs.append(env)
+    pids.update(p.pid for p in env.processes)
+    last, _ = env.reset(seed=SEED)
+    actions = np.zeros(NUM_ENVS, dtype=np.int64)
+    for _ in range(FAIL_AT - 1):
+        last, *_ = env.step(actions)
+    obs, rewards, terminations, truncations, infos = env.step(actions)
+    pids.update(p.pid for p in env.processes)
+    _check_restart_flags(rewards, terminations, truncations, infos, rebuilt, error_has)
+    expected = np.isin(np.arange(NUM_ENVS), rebuilt)
+    np.testing.assert_array_equal(infos["_final_obs"], expected)
+    for e in rebuilt:
+        fresh, _ = FlakyEnv().reset(seed=_derived_seed(e, 1))
+        np.testing.assert_array_equal(obs[e], fresh, err_msg=f"env {e}")
+        np.testing.assert_array_equal(infos["final_obs"][e], last[e])
+        assert infos["final_info"]["env_restarted"][e] and infos["final_info"]["_env_restarted"][e]
+        assert error_has in infos["final_info"]["env_error"][e]
+    np.testing.assert_array_equal(infos["_final_info"], expected)
+    obs, rewards, terminations, truncations, infos = env.step(actions)  # (and on it goes)
+    assert not (terminations | truncations).any() and "env_restarted" not in infos
+
+
+def test_env_and_worker_restarts_draw_on_one_budget(tmp_path, workers_seen):
+    """max_restarts=1: env 5's exception takes the budget; then the worker process ending
+    raises as without restarts."""
+    envs, pids = workers_seen
+    env, actions = _step_to_the_failure(tmp_path, workers_seen, env_failure="restart", max_restarts=1)
+    env.step(actions)
+    assert env.restarts.tolist() == [int(e == FAILING) for e in range(NUM_ENVS)]
+    os.kill(env.processes[0].pid, signal.SIGKILL)
+    env.processes[0].join(5)
+    with pytest.raises(WorkerDiedError, match="SIGKILL"):
+        env.step(actions)
+    assert env.closed
+
+
+@pytest.mark.parametrize("how, rebuilt", [("raise", ENV_5), ("exit", WORKER_1)])
+def test_sb3_sees_a_restart_as_a_truncated_episode(tmp_path, workers_seen, how, rebuilt):
+    """SB3's FastVecEnv: each rebuilt env is done, with ``TimeLimit.truncated`` and its last
+    observation as ``terminal_observation`` (SB3 bootstraps from it)."""
+    pytest.importorskip("stable_baselines3")
+    from fastvec.integrations.sb3 import FastVecEnv
+
+    envs, pids = workers_seen
+    venv = FastVecEnv(_fns(str(tmp_path / "failed"), how), env_failure="restart")
+    envs.append(venv.vector_env)
+    pids.update(p.pid for p in venv.vector_env.processes)
+    venv.seed(SEED)
+    obs = venv.reset()
+    for _ in range(FAIL_AT):
+        last = obs
+        obs, rewards, dones, infos = venv.step(np.zeros(NUM_ENVS, dtype=np.int64))
+    pids.update(p.pid for p in venv.vector_env.processes)
+    assert np.flatnonzero(dones).tolist() == rebuilt
+    for e in rebuilt:
+        assert infos[e]["TimeLimit.truncated"]
+        assert infos[e]["env_restarted"]
+        np.testing.assert_array_equal(infos[e]["terminal_observation"], last[e])
+        fresh, _ = FlakyEnv().reset(seed=_derived_seed(e, 1))
+        np.testing.assert_array_equal(obs[e], fresh)
