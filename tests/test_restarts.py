@@ -340,3 +340,44 @@ def test_sb3_sees_a_restart_as_a_truncated_episode(tmp_path, workers_seen, how, 
         np.testing.assert_array_equal(infos[e]["terminal_observation"], last[e])
         fresh, _ = FlakyEnv().reset(seed=_derived_seed(e, 1))
         np.testing.assert_array_equal(obs[e], fresh)
+
+
+@pytest.mark.parametrize("mode", ["raise", "restart"])
+def test_a_step_longer_than_step_timeout_counts_as_a_failure(tmp_path, workers_seen, mode):
+    """Env 5 hangs at its 4th step. With step_timeout=1 the step ends after about 1 s: raising
+    TimeoutError that names the env (the hung worker killed, the vector env closed), or with
+    the worker started again and its envs reporting the restart."""
+    envs, pids = workers_seen
+    env = FastVectorEnv(_fns(str(tmp_path / "failed"), "hang"), num_workers=2, env_failure=mode, step_timeout=1.0)
+    envs.append(env)
+    pids.update(p.pid for p in env.processes)
+    timed = {}
+
+    def clock(t, env):
+        timed[t] = time.perf_counter()
+
+    if mode == "raise":
+        env.reset(seed=SEED)
+        actions = np.zeros(NUM_ENVS, dtype=np.int64)
+        for _ in range(FAIL_AT - 1):
+            env.step(actions)
+        start = time.perf_counter()
+        with pytest.raises(TimeoutError, match=r"env 5 \(worker 1\) took longer than step_timeout=1.0 s"):
+            env.step(actions)
+        assert 1.0 <= time.perf_counter() - start < 3.0
+        assert env.closed
+        return
+    out = _run(env, 8, WORKER_1, on_step=clock)
+    pids.update(p.pid for p in env.processes)
+    _check_restart_step(out, FAIL_AT, WORKER_1, "TimeoutError: env 5 (worker 1) took longer than step_timeout=1.0 s")
+    _check_reset_after(out, FAIL_AT, WORKER_1)
+    assert 1.0 <= timed[FAIL_AT] - timed[FAIL_AT - 1] < 3.0
+
+
+@pytest.mark.parametrize("value, error, match", [
+    (0, ValueError, "step_timeout must be > 0 seconds, got 0"),
+    ("1", TypeError, "step_timeout must be None or a number of seconds, got str"),
+])
+def test_bad_step_timeout(value, error, match):
+    with pytest.raises(error, match=match):
+        FastVectorEnv([lambda: FlakyEnv() for _ in range(2)], num_workers=2, step_timeout=value)

@@ -158,7 +158,7 @@ class FlakyEnv(gym.Env):
     """An env whose observations come from its seeded RNG (so a reset's seed shows), that
     fails once at step ``fail_at`` of an episode: the first instance (of all built with the
     same ``marker`` file) to get there does, by ``how``: "raise", "exit" (``os._exit``),
-    "segv" (reads address 0). ``marker=None``: every instance fails there. ``build_fails``:
+    "segv" (reads address 0), "hang" (sleeps for an hour). ``marker=None``: every instance fails there. ``build_fails``:
     the constructor raises once the marker exists (a rebuild that fails)."""
 
     observation_space = spaces.Box(-1, 1, (3,), np.float32)
@@ -192,5 +192,7 @@ class FlakyEnv(gym.Env):
                 import ctypes
 
                 ctypes.string_at(0)
+            if self.how == "hang":
+                time.sleep(3600)
         obs = self.np_random.uniform(-1, 1, 3).astype(np.float32)
         return obs, float(self.t) + float(action), self.t >= self.episode, False, {"t": self.t}

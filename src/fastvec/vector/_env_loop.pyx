@@ -71,6 +71,8 @@ cdef class EnvLoop:
     ``infos``: the worker's info writer; each env's info dict(s) go through it.
     ``next_seeds`` (optional, one entry per env): a seed the env's next autoreset uses
     instead of none, once (a rebuilt env's derived seed, see FastVectorEnv's ``env_failure``).
+    ``current`` (optional): a one-word uint32 array the loop keeps the global index + 1 of
+    the env it is stepping in (0 between steps), for a step that hangs to name its env.
     ``on_failure`` (optional): ``on_failure(j, exc)``, called when env j's step (or the reset
     a step runs) raises an ``Exception``, returns what the env contributes to the step instead,
     ``(obs, info dicts, autoreset)``, having written its reward and flags (it rebuilds the
@@ -87,6 +89,8 @@ cdef class EnvLoop:
     cdef list autoreset
     cdef list next_seeds
     cdef public object on_failure
+    cdef cnp.ndarray current_arr
+    cdef unsigned int *current_word
     cdef object obs_arr         # cnp.ndarray or None
     cdef Writer infos
     cdef Py_ssize_t obs_row_bytes
@@ -96,7 +100,7 @@ cdef class EnvLoop:
     def __init__(self, list envs not None, Py_ssize_t first, int mode, cnp.ndarray rewards not None,
                  cnp.ndarray terminations not None, cnp.ndarray truncations not None,
                  list last_obs not None, list autoreset not None, Writer infos not None,
-                 cnp.ndarray observations=None, list next_seeds=None):
+                 cnp.ndarray observations=None, list next_seeds=None, cnp.ndarray current=None):
         cdef Py_ssize_t n = len(envs)
         if mode not in (NEXT_STEP, SAME_STEP, DISABLED):
             raise ValueError(f"unknown autoreset mode code {mode}")
@@ -119,6 +123,10 @@ cdef class EnvLoop:
             raise ValueError(f"next_seeds ({len(self.next_seeds)}) must have one entry per env ({n})")
         self.current = None
         self.on_failure = None
+        self.current_word = NULL
+        if current is not None:
+            self.current_arr = _checked(current, cnp.NPY_UINT32, 1, "current")
+            self.current_word = <unsigned int *> cnp.PyArray_DATA(current)
         self.obs_written = False
         self.infos = infos
         self.obs_arr = None
@@ -153,6 +161,8 @@ cdef class EnvLoop:
                 env = self.envs[j]
                 final = None
                 additions = None
+                if self.current_word != NULL:
+                    self.current_word[0] = <unsigned int>(self.first + j + 1)
                 try:
                     if self.mode == NEXT_STEP and self.autoreset[j]:
                         if self.next_seeds[j] is None:
@@ -195,6 +205,8 @@ cdef class EnvLoop:
         except BaseException:
             self.current = self.first + j
             raise
+        if self.current_word != NULL:
+            self.current_word[0] = 0
         self.obs_written = written
 
     cpdef int quiet_status(self):

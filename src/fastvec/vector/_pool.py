@@ -25,7 +25,7 @@ from fastvec.vector import _protocol, _sync
 from fastvec.vector._advice import warn_slow_settings_once
 from fastvec.vector._caller_share import CallerShare
 from fastvec.vector._openmp import OpenMPRelease
-from fastvec.vector._protocol import LIVENESS_INTERVAL, QUIET_BITS
+from fastvec.vector._protocol import LIVENESS_INTERVAL, QUIET_BITS, Word
 from fastvec.vector._protocol import STATUS_CALL_ERROR as _CALL_ERROR
 from fastvec.vector._protocol import STATUS_INFOS as _INFOS
 from fastvec.vector._protocol import STATUS_MESSAGE as _MESSAGE
@@ -57,8 +57,8 @@ class WorkerPool:
         owner: the vector env; its garbage collection (or the interpreter's exit) ends
             the workers.
         env_fns, num_workers, autoreset_mode, step_in_caller, context, daemon,
-        pin_workers, release_openmp_threads, env_failure, max_restarts: as FastVectorEnv
-            takes them.
+        pin_workers, release_openmp_threads, env_failure, max_restarts, step_timeout: as
+            FastVectorEnv takes them.
         worker_spin_s / parent_spin_s: the shortest spin before a waiting worker /
             the caller blocks.
 
@@ -68,7 +68,7 @@ class WorkerPool:
     def __init__(self, owner, env_fns: Sequence[Callable[[], Env]], num_workers: int, *, autoreset_mode,
                  step_in_caller: bool, context: str | None, daemon: bool, worker_spin_s: float,
                  parent_spin_s: float, pin_workers: bool | None, release_openmp_threads: bool = True,
-                 env_failure: str = "raise", max_restarts: int = 100):
+                 env_failure: str = "raise", max_restarts: int = 100, step_timeout: float | None = None):
         self.num_envs = len(env_fns)
         self.num_workers = num_workers
         self.step_in_caller = step_in_caller
@@ -87,6 +87,9 @@ class WorkerPool:
         #: with env_failure="restart": what the restarts leave (else None: a failure raises)
         self.restarts = Restarts(self.num_envs) if env_failure == "restart" else None
         self.max_restarts = max_restarts
+        self.step_timeout = step_timeout
+        self._step_sent = 0.0  # when the last step went out (all its workers: step_timeout)
+        self._sent_at = np.zeros(num_workers)  # when each worker's last step went out (send/recv)
         self._in_step = False  # the command out is a step (a worker failing it can be restarted)
         self._attach_message: tuple | None = None  # what a restarted worker is sent to map the block
         self._parent_spin_s = parent_spin_s
@@ -220,6 +223,7 @@ class WorkerPool:
         rows of ``direct`` (every env's actions, as they went into the slabs) when given."""
         self.forget_abandoned(workers)
         self.step_started(time.perf_counter())
+        self._sent_at[workers] = self._step_sent
         all_workers = self.workers
         if per_env is None:
             for w in workers:
@@ -308,6 +312,7 @@ class WorkerPool:
         OpenMP thread that has to share a core with a stepping worker can take milliseconds
         to leave, and the caller waits for it (``docs/vector.md``)."""
         self._in_step = True
+        self._step_sent = now
         wall = None if self._last_done is None else now - self._last_done
         if wall is not None:
             busy_cores = (time.process_time() - self._last_done_cpu) / wall if wall > 0 else 0.0
@@ -344,16 +349,25 @@ class WorkerPool:
             # Steps this short (CartPole-like envs) are over before a blocked caller could
             # be woken: spin (yielding the core) through them.
             spin = max(spin, min(1.5 * self._wait_mean, SHORT_WAIT_S))
+        step_deadline = (self._step_sent + self.step_timeout
+                         if self.step_timeout is not None and self._in_step else None)
         while True:
             chunk = LIVENESS_INTERVAL
             if deadline is not None:
                 chunk = max(0.0, min(chunk, deadline - time.perf_counter()))
+            if step_deadline is not None:
+                chunk = max(0.0, min(chunk, step_deadline - time.perf_counter()))
             busy = _sync.wait_all_done(self.ctrl, pending, spin, chunk, tail)
             if busy < 0:
                 return
             for w in np.flatnonzero(pending):
                 if not _sync.is_done(self.ctrl, w):
                     self.check_alive(int(w))
+            if step_deadline is not None and time.perf_counter() >= step_deadline:
+                for w in np.flatnonzero(pending).tolist():
+                    if not _sync.is_done(self.ctrl, w):
+                        self._step_timed_out(w)
+                continue
             if deadline is not None and time.perf_counter() >= deadline:
                 raise multiprocessing.TimeoutError(
                     f"The call to `{caller}` has timed out after {timeout} second(s); it is still pending."
@@ -390,7 +404,11 @@ class WorkerPool:
                 for v in np.flatnonzero(pending).tolist():
                     if not _sync.is_done(self.ctrl, v):
                         self.check_alive(v)
+                        if self.step_timeout is not None and now - self._sent_at[v] >= self.step_timeout:
+                            self._step_timed_out(v)
             chunk = LIVENESS_INTERVAL if deadline is None else max(0.0, min(LIVENESS_INTERVAL, deadline - now))
+            if self.step_timeout is not None:
+                chunk = min(chunk, self.step_timeout)
             w = _sync.wait_any_done(self.ctrl, pending, first, self._parent_spin_s, chunk)
             if w < 0:
                 for v in np.flatnonzero(pending).tolist():
@@ -500,6 +518,21 @@ class WorkerPool:
                 return [w for w, _ in errors]
         log_failed_workers(errors, self.starts)
         self.raise_remote(*errors[-1])
+
+    def _step_timed_out(self, w: int) -> None:
+        """Worker ``w`` has been in its step longer than ``step_timeout``: it counts as failed.
+        With ``env_failure="restart"`` (and budget left) it is killed and started again;
+        otherwise the pool closes (the worker killed) and ``TimeoutError`` names the env."""
+        env = int(self.ctrl[w, Word.CURRENT_ENV]) - 1
+        where = f"env {env} (worker {w})" if env >= 0 else f"worker {w} (envs {self.env_range(w)})"
+        error = f"{where} took longer than step_timeout={self.step_timeout} s in a step"
+        if self._restartable():
+            self.restart_worker(w, f"TimeoutError: {error}", "")
+            return
+        self.shutdown(terminate=True)
+        exc = TimeoutError(f"{error}; the worker is killed and the vector env is closed.")
+        annotate(exc, env if env >= 0 else None, f"raised by FastVectorEnv: step_timeout={self.step_timeout} s")
+        raise exc
 
     # -- restarts (env_failure="restart") ----------------------------------------------------
     def _restartable(self) -> bool:

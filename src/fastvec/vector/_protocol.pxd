@@ -9,6 +9,8 @@ cpdef enum Word:
     STATUS = 3           # what the worker left beside the results (Status)
     WORKER_SLEEPING = 4  # set by a waiter before it blocks, so that the other side only pays
     PARENT_SLEEPING = 5  # for a wake-up system call when someone sleeps
+    CURRENT_ENV = 6      # the env the worker is stepping, its index + 1 (0: none), so that a
+                         # step that outlasts step_timeout names the env
     ROW_WORDS = 16       # words per row
 
 

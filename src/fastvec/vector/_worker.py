@@ -28,7 +28,7 @@ from fastvec.vector import _sync
 from fastvec.vector._env_loop import EnvLoop
 from fastvec.vector import _protocol
 from fastvec.vector._infos import InfoWriter
-from fastvec.vector._protocol import AUTORESET_CODES, LIVENESS_INTERVAL, RECOVERABLE, Command, Status
+from fastvec.vector._protocol import AUTORESET_CODES, LIVENESS_INTERVAL, RECOVERABLE, Command, Status, Word
 from fastvec.vector._protocol import CMD_STEP as _STEP
 from fastvec.vector._protocol import CMD_STEP_PIPE as _STEP_PIPE
 from fastvec.vector._protocol import STATUS_INFOS as _INFOS
@@ -103,9 +103,10 @@ class _Worker:
         # (single-leaf observations are copied into the slab by the loop itself)
         leaf_obs = (self.obs_slabs[0] if obs_layout is not None and obs_layout.is_leaf
                     and not obs_layout.has_objects else None)
+        current = self.ctrl[index, Word.CURRENT_ENV:Word.CURRENT_ENV + 1]
         self.env_loop = EnvLoop(envs, first, AUTORESET_CODES[autoreset_mode], self.rewards, self.terminations,
                                 self.truncations, self.last_obs, self.autoreset, self.infos.kernel, leaf_obs,
-                                self.next_seeds)
+                                self.next_seeds, current)
         if restart is not None and env_fns is not None:
             self.env_loop.on_failure = self.rebuild_env
 

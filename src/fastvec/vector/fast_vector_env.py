@@ -142,6 +142,12 @@ class FastVectorEnv(WorkerVectorEnv):
             ``docs/vector.md``, "Failures and restarts".
         max_restarts: with ``env_failure="restart"``, how many failures are recovered
             from in all; the next one raises as with ``"raise"``. Default 100.
+        step_timeout: seconds (default None: no limit). A worker whose step takes longer
+            counts as failed: with ``env_failure="restart"`` it is killed and started again
+            (its envs report the restart, as above); otherwise it is killed, the vector env
+            closes and ``TimeoutError`` names the env it was stepping. It bounds the steps of
+            ``step``, ``step_async``/``step_wait`` and ``send``/``recv`` (seen within
+            ``step_timeout``, or 0.1 s while other workers keep answering ``recv``).
 
     Raises:
         TypeError: ``env_fns`` is not a non-empty sequence of callables, or bad
@@ -176,6 +182,7 @@ class FastVectorEnv(WorkerVectorEnv):
         release_openmp_threads: bool = True,
         env_failure: str = "raise",
         max_restarts: int = 100,
+        step_timeout: float | None = None,
     ) -> None:
         if sys.platform == "win32":
             # Its workers get the shared block by file-descriptor passing (SCM_RIGHTS) and are
@@ -217,13 +224,14 @@ class FastVectorEnv(WorkerVectorEnv):
         if pin_workers is not None and not isinstance(pin_workers, bool):
             raise TypeError(f"pin_workers must be None, True or False, got {pin_workers!r}")
         _check_failure_arguments(env_failure, max_restarts, self.step_in_caller)
+        step_timeout = _checked_step_timeout(step_timeout)
 
         self._pool = WorkerPool(self, env_fns, self.num_workers, autoreset_mode=self.autoreset_mode,
                                 step_in_caller=self.step_in_caller, context=context, daemon=daemon,
                                 worker_spin_s=float(worker_spin_us) * 1e-6,
                                 parent_spin_s=float(parent_spin_us) * 1e-6, pin_workers=pin_workers,
                                 release_openmp_threads=bool(release_openmp_threads),
-                                env_failure=env_failure, max_restarts=max_restarts)
+                                env_failure=env_failure, max_restarts=max_restarts, step_timeout=step_timeout)
         self._restarts = self._pool.restarts  # (None: failures raise)
         self._last_obs = None  # with restarts: every env's last observation (what a failed one reports)
         try:
@@ -592,3 +600,14 @@ def _check_failure_arguments(env_failure, max_restarts, step_in_caller: bool) ->
     if env_failure == "restart" and step_in_caller:
         raise ValueError("env_failure='restart' needs every env in a worker process: the caller's own share "
                          "(step_in_caller=True) cannot be restarted")
+
+
+def _checked_step_timeout(step_timeout) -> float | None:
+    """FastVectorEnv's ``step_timeout``: None, or a positive number of seconds."""
+    if step_timeout is None:
+        return None
+    if isinstance(step_timeout, bool) or not isinstance(step_timeout, (int, float, np.integer, np.floating)):
+        raise TypeError(f"step_timeout must be None or a number of seconds, got {type(step_timeout).__name__}")
+    if not step_timeout > 0:
+        raise ValueError(f"step_timeout must be > 0 seconds, got {step_timeout}")
+    return float(step_timeout)
