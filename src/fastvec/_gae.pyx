@@ -17,10 +17,11 @@ The ``def`` wrappers check and prepare their inputs with the NumPy C API
 memoryviews cost more to acquire than a whole small call (docs/gae.md), so
 the kernels take pointers to C-contiguous data plus their sizes instead.
 
-Float data is fused (``floating``: float32 / float64, one body). Done flags
-keep their own dtype (bool/uint8 read as ``u8``, float32, float64) and are
-dispatched per row outside the inner loop, so a bool ``dones`` next to float32
-values costs no conversion copy.
+Float data and done flags are fused types (``floating``: float32 / float64;
+``flag_t``: bool/uint8 read as ``u8``, float32, float64), so a bool ``dones``
+next to float32 values costs no conversion copy. A call's arguments travel in
+one struct (``_Call``); its element types are chosen in one place
+(``_typed``), and every function below that is a single specialisation.
 """
 import sys
 
@@ -52,6 +53,42 @@ cdef Py_ssize_t PAR_MIN_PER_THREAD = 1 << 20
 cdef Py_ssize_t PAR_MIN_COLS = 256
 
 
+# The kernels a call runs (_Call.kernel); _NOT_DONE is the first step of those that read
+# next_done (_not_done_row).
+cdef enum:
+    _GAE
+    _GAE_TT
+    _VTRACE
+    _NOT_DONE
+
+# A call's arguments. Data is untyped here; the block kernels read it as the types of their
+# specialisation, picked from float_type and flag_type by _typed.
+ctypedef struct _Call:
+    int kernel                # _GAE, _GAE_TT or _VTRACE
+    int float_type            # DT_F32 or DT_F64: all float data and the outputs
+    int flag_type             # DT_U8, DT_F32 or DT_F64: dones, or terminated and truncated
+    int next_flag_type        # the same for next_done
+    int nthreads
+    Py_ssize_t T
+    Py_ssize_t N
+    const void* rewards       # [T, N]
+    const void* values        # [T, N]
+    const void* dones         # [T, N]; terminated for _GAE_TT
+    const void* truncated     # [T, N]; _GAE_TT only
+    const void* next_value    # [N]
+    const void* next_done     # [N]; NULL for _GAE_TT
+    const void* next_values   # [T, N]; _GAE_TT, NULL when not given
+    const void* rhos          # [T, N]; _VTRACE: the ratios or (is_log) their logs
+    bint is_log
+    double gamma
+    double lam
+    double rho_bar
+    double c_bar
+    double pg_bar
+    void* out0                # OUT: advantages (_VTRACE: vs)
+    void* out1                # OUT: returns (_VTRACE: pg_advantages)
+
+
 # ----------------------------------------------------------------------------
 # Rows (inlined into the block kernels; each inner loop runs across N envs)
 # ----------------------------------------------------------------------------
@@ -62,16 +99,15 @@ cdef Py_ssize_t PAR_MIN_COLS = 256
 
 cdef inline void _gae_row_last(
     Py_ssize_t n,
-    const floating* r, const floating* v, const floating* nv, const flag_t* nd,
-    floating g,
-    floating* restrict adv,  # OUT
+    const floating* r, const floating* v, const floating* nv, floating g,
+    floating* restrict adv,  # OUT; holds 1 - next_done on entry (_not_done_row)
     floating* restrict ret,  # OUT
 ) noexcept nogil:
     """Row T-1 of the CleanRL/SB3 recurrence: bootstrap from next_value, no running GAE."""
     cdef Py_ssize_t i
-    cdef floating nnt, a, one = 1  # typed, so float32 rows stay float32 (a bare 1 is a double)
+    cdef floating nnt, a
     for i in range(n):
-        nnt = one - <floating>nd[i]
+        nnt = adv[i]
         a = r[i] + g * nv[i] * nnt - v[i]
         adv[i] = a
         ret[i] = a + v[i]
@@ -86,7 +122,7 @@ cdef inline void _gae_row(
 ) noexcept nogil:
     """Row t < T-1: v1, d1, a1 are values, dones and advantages of row t + 1."""
     cdef Py_ssize_t i
-    cdef floating nnt, delta, a, one = 1
+    cdef floating nnt, delta, a, one = 1  # typed, so float32 rows stay float32 (a bare 1 is a double)
     for i in range(n):
         nnt = one - <floating>d1[i]
         delta = r[i] + g * v1[i] * nnt - v[i]
@@ -168,12 +204,13 @@ cdef inline void _tt_row(
 cdef inline void _vt_row(
     Py_ssize_t n, const floating* x, bint is_log,
     const floating* r, const floating* v, const floating* v1, const flag_t* d1,
-    floating* restrict acc1,  # IN/OUT: row t + 1 of vs, holding vs - values; finalised here
+    floating* restrict acc1,  # OUT: row t + 1 of vs, holding vs - values; finalised here
     floating g, floating lam, floating rho_bar, floating c_bar, floating pg_bar,
     floating* restrict acc,  # OUT: row t of vs, holding vs - values until row t - 1 finalises it
     floating* restrict pg,   # OUT (holds the ratios between the two passes)
 ) noexcept nogil:
-    """One V-trace row. On the last row v1 = next_value and acc1 = NULL.
+    """One V-trace row. On the last row v1 = next_value, acc1 = d1 = NULL, and acc holds
+    1 - next_done on entry (_not_done_row).
 
     First pass: the importance ratios into the pg row (exp() is a libm call, so
     that pass is scalar); second pass, vectorised: the V-trace recurrence.
@@ -192,7 +229,7 @@ cdef inline void _vt_row(
     if acc1 == NULL:
         for i in range(n):
             rho = pg[i]
-            disc = g * (one - <floating>d1[i])
+            disc = g * acc[i]
             acc[i] = (rho if rho < rho_bar else rho_bar) * (r[i] + disc * v1[i] - v[i])
             pg[i] = (rho if rho < pg_bar else pg_bar) * (r[i] + disc * v1[i] - v[i])
     else:
@@ -211,21 +248,10 @@ cdef inline void _vt_row(
 # Block kernels: rows T-1 .. 0 over the column range [c0, c1)
 # ----------------------------------------------------------------------------
 
-cdef inline Py_ssize_t _flag_size(int kind) noexcept nogil:
-    """Bytes per element of a flag array of this kind."""
-    return 1 if kind == DT_U8 else (4 if kind == DT_F32 else 8)
-
-
-cdef inline void _gae_row_last_any(Py_ssize_t n, const floating* r, const floating* v,
-                                   const floating* nv, const void* nd, int ndk, floating g,
-                                   floating* adv, floating* ret) noexcept nogil:
-    if ndk == DT_U8:
-        _gae_row_last(n, r, v, nv, <const u8*>nd, g, adv, ret)
-    elif ndk == DT_F32:
-        _gae_row_last(n, r, v, nv, <const f32*>nd, g, adv, ret)
-    else:
-        _gae_row_last(n, r, v, nv, <const f64*>nd, g, adv, ret)
-
+# Each takes the call (_Call) and, as NULL pointers, the float and flag types of its
+# specialisation. It copies what it reads of the call into locals first: read through the
+# pointer inside a loop, a field would have to be reloaded after every store to an output
+# row, which might have changed it as far as the compiler knows (-fno-strict-aliasing).
 
 # Narrow buffers (N <= 8 columns, e.g. CleanRL's 4 or 8 envs) run column-wise:
 # a row kernel's rows are too short to hide the store-to-load round trip of the
@@ -254,25 +280,18 @@ ctypedef fused lanes_t:
     _Lanes8
 
 
-cdef inline floating _not_done(const void* flags, int kind, Py_ssize_t i, floating one) noexcept nogil:
-    """1 - flags[i], the flag read in its own dtype then converted, as the rows do."""
-    if kind == DT_U8:
-        return one - <floating>(<const u8*>flags)[i]
-    if kind == DT_F32:
-        return one - <floating>(<const f32*>flags)[i]
-    return one - <floating>(<const f64*>flags)[i]
-
-
 cdef void _gae_cols(
     const lanes_t* width,       # NULL: only its type matters (w = sizeof(lanes_t) columns)
     Py_ssize_t T, Py_ssize_t N, Py_ssize_t c0,
     const floating* r, const floating* v, const flag_t* d,
-    const floating* nv, const void* nd, int ndk, floating g, floating gl,
-    floating* restrict adv,  # OUT
+    const floating* nv, floating g, floating gl,
+    floating* restrict adv,  # OUT; row T-1 holds 1 - next_done on entry (_not_done_row)
     floating* restrict ret,  # OUT
 ) noexcept nogil:
-    """Columns c0 .. c0 + w - 1, rows T-1 down to 0, with _gae_row_last's and
-    _gae_row's arithmetic."""
+    """Columns c0 .. c0 + w - 1: row T-1 by _gae_row_last, then rows T-2 down to 0
+    with _gae_row's arithmetic, each column's running values in registers. (Computed
+    in the lanes too, row T-1 left GCC's SLP vectoriser to vectorise it and then keep
+    the 4-wide loop scalar: 128 x 4 ran ~35 % slower.)"""
     cdef int w = sizeof(lanes_t)
     cdef floating a[8]
     cdef floating vn[8]         # value of the next row's observation
@@ -281,11 +300,9 @@ cdef void _gae_cols(
     cdef Py_ssize_t t, o
     cdef int i
     o = (T - 1) * N + c0
+    _gae_row_last(w, r + o, v + o, nv + c0, g, adv + o, ret + o)
     for i in range(w):
-        nn[i] = _not_done(nd, ndk, c0 + i, one)
-        a[i] = r[o + i] + g * nv[c0 + i] * nn[i] - v[o + i]
-        adv[o + i] = a[i]
-        ret[o + i] = a[i] + v[o + i]
+        a[i] = adv[o + i]
         vn[i] = v[o + i]
         nn[i] = one - <floating>d[o + i]
     for t in range(T - 2, -1, -1):
@@ -299,83 +316,57 @@ cdef void _gae_cols(
             nn[i] = one - <floating>d[o + i]
 
 
-cdef inline void _gae_cols_any(
-    const lanes_t* width,
-    Py_ssize_t T, Py_ssize_t N, Py_ssize_t c0,
-    const floating* r, const floating* v, const void* d, int dk,
-    const floating* nv, const void* nd, int ndk, floating g, floating gl,
-    floating* adv,  # OUT
-    floating* ret,  # OUT
-) noexcept nogil:
-    if dk == DT_U8:
-        _gae_cols(width, T, N, c0, r, v, <const u8*>d, nv, nd, ndk, g, gl, adv, ret)
-    elif dk == DT_F32:
-        _gae_cols(width, T, N, c0, r, v, <const f32*>d, nv, nd, ndk, g, gl, adv, ret)
-    else:
-        _gae_cols(width, T, N, c0, r, v, <const f64*>d, nv, nd, ndk, g, gl, adv, ret)
-
-
-cdef void _gae_block(
-    Py_ssize_t T, Py_ssize_t N, Py_ssize_t c0, Py_ssize_t c1,
-    const floating* r, const floating* v, const void* d, int dk,
-    const floating* nv, const void* nd, int ndk, floating g, floating gl,
-    floating* adv,  # OUT
-    floating* ret,  # OUT
-) noexcept nogil:
+cdef void _gae_block(const _Call* call, Py_ssize_t c0, Py_ssize_t c1,
+                     const floating* ftype, const flag_t* ktype) noexcept nogil:
+    cdef Py_ssize_t T = call.T, N = call.N
+    cdef const floating* r = <const floating*>call.rewards
+    cdef const floating* v = <const floating*>call.values
+    cdef const flag_t* d = <const flag_t*>call.dones
+    cdef const floating* nv = <const floating*>call.next_value
+    # gamma * lambda is rounded once, as NumPy/torch do with a Python-float product.
+    cdef floating g = <floating>call.gamma, gl = <floating>(call.gamma * call.lam)
+    cdef floating* adv = <floating*>call.out0
+    cdef floating* ret = <floating*>call.out1
     cdef Py_ssize_t t, o, n = c1 - c0
     cdef Py_ssize_t c = c0
     if n <= 0:
         return
     if n <= _NARROW_MAX:
         if n == 8:
-            _gae_cols_any(<_Lanes8*>NULL, T, N, c, r, v, d, dk, nv, nd, ndk, g, gl, adv, ret)
+            _gae_cols(<_Lanes8*>NULL, T, N, c, r, v, d, nv, g, gl, adv, ret)
             return
         if n >= 4:
-            _gae_cols_any(<_Lanes4*>NULL, T, N, c, r, v, d, dk, nv, nd, ndk, g, gl, adv, ret)
+            _gae_cols(<_Lanes4*>NULL, T, N, c, r, v, d, nv, g, gl, adv, ret)
             c += 4
         while c < c1:
-            _gae_cols_any(<_Lanes1*>NULL, T, N, c, r, v, d, dk, nv, nd, ndk, g, gl, adv, ret)
+            _gae_cols(<_Lanes1*>NULL, T, N, c, r, v, d, nv, g, gl, adv, ret)
             c += 1
         return
     o = (T - 1) * N + c0
-    _gae_row_last_any(n, r + o, v + o, nv + c0, <const char*>nd + c0 * _flag_size(ndk), ndk, g,
-                      adv + o, ret + o)
+    _gae_row_last(n, r + o, v + o, nv + c0, g, adv + o, ret + o)
     t = T - 2
     while t >= 1:  # rows t and t - 1 together
         o = t * N + c0
-        if dk == DT_U8:
-            _gae_row2(n, r + o, r + o - N, v + o, v + o - N, v + o + N, <const u8*>d + o + N,
-                      <const u8*>d + o, adv + o + N, g, gl, adv + o, ret + o, adv + o - N,
-                      ret + o - N)
-        elif dk == DT_F32:
-            _gae_row2(n, r + o, r + o - N, v + o, v + o - N, v + o + N, <const f32*>d + o + N,
-                      <const f32*>d + o, adv + o + N, g, gl, adv + o, ret + o, adv + o - N,
-                      ret + o - N)
-        else:
-            _gae_row2(n, r + o, r + o - N, v + o, v + o - N, v + o + N, <const f64*>d + o + N,
-                      <const f64*>d + o, adv + o + N, g, gl, adv + o, ret + o, adv + o - N,
-                      ret + o - N)
+        _gae_row2(n, r + o, r + o - N, v + o, v + o - N, v + o + N, d + o + N, d + o,
+                  adv + o + N, g, gl, adv + o, ret + o, adv + o - N, ret + o - N)
         t -= 2
     if t == 0:  # T - 1 rows were even: row 0 is left
         o = c0
-        if dk == DT_U8:
-            _gae_row(n, r + o, v + o, v + o + N, <const u8*>d + o + N, adv + o + N, g, gl,
-                     adv + o, ret + o)
-        elif dk == DT_F32:
-            _gae_row(n, r + o, v + o, v + o + N, <const f32*>d + o + N, adv + o + N, g, gl,
-                     adv + o, ret + o)
-        else:
-            _gae_row(n, r + o, v + o, v + o + N, <const f64*>d + o + N, adv + o + N, g, gl,
-                     adv + o, ret + o)
+        _gae_row(n, r + o, v + o, v + o + N, d + o + N, adv + o + N, g, gl, adv + o, ret + o)
 
 
-cdef void _tt_block(
-    Py_ssize_t T, Py_ssize_t N, Py_ssize_t c0, Py_ssize_t c1,
-    const floating* r, const floating* v, const void* te, const void* tr, int fk,
-    const floating* nv, const floating* nvs, floating g, floating gl,
-    floating* adv,  # OUT
-    floating* ret,  # OUT
-) noexcept nogil:
+cdef void _tt_block(const _Call* call, Py_ssize_t c0, Py_ssize_t c1,
+                    const floating* ftype, const flag_t* ktype) noexcept nogil:
+    cdef Py_ssize_t T = call.T, N = call.N
+    cdef const floating* r = <const floating*>call.rewards
+    cdef const floating* v = <const floating*>call.values
+    cdef const flag_t* te = <const flag_t*>call.dones
+    cdef const flag_t* tr = <const flag_t*>call.truncated
+    cdef const floating* nv = <const floating*>call.next_value
+    cdef const floating* nvs = <const floating*>call.next_values
+    cdef floating g = <floating>call.gamma, gl = <floating>(call.gamma * call.lam)
+    cdef floating* adv = <floating*>call.out0
+    cdef floating* ret = <floating*>call.out1
     cdef Py_ssize_t t, o, n = c1 - c0
     cdef const floating* vn
     cdef const floating* vf
@@ -392,31 +383,27 @@ cdef void _tt_block(
             vn = v + o + N
             a1 = adv + o + N
         vf = vn if nvs == NULL else nvs + o
-        if fk == DT_U8:
-            _tt_row(n, r + o, v + o, vn, vf, <const u8*>te + o, <const u8*>tr + o, k, a1,
-                    g, gl, adv + o, ret + o)
-        elif fk == DT_F32:
-            _tt_row(n, r + o, v + o, vn, vf, <const f32*>te + o, <const f32*>tr + o, k, a1,
-                    g, gl, adv + o, ret + o)
-        else:
-            _tt_row(n, r + o, v + o, vn, vf, <const f64*>te + o, <const f64*>tr + o, k, a1,
-                    g, gl, adv + o, ret + o)
+        _tt_row(n, r + o, v + o, vn, vf, te + o, tr + o, k, a1, g, gl, adv + o, ret + o)
 
 
-cdef void _vt_block(
-    Py_ssize_t T, Py_ssize_t N, Py_ssize_t c0, Py_ssize_t c1,
-    const floating* x, bint is_log,
-    const floating* r, const floating* v, const void* d, int dk,
-    const floating* nv, const void* nd, int ndk,
-    floating g, floating lam, floating rho_bar, floating c_bar, floating pg_bar,
-    floating* vs,  # OUT
-    floating* pg,  # OUT
-) noexcept nogil:
+cdef void _vt_block(const _Call* call, Py_ssize_t c0, Py_ssize_t c1,
+                    const floating* ftype, const flag_t* ktype) noexcept nogil:
+    cdef Py_ssize_t T = call.T, N = call.N
+    cdef const floating* x = <const floating*>call.rhos
+    cdef bint is_log = call.is_log
+    cdef const floating* r = <const floating*>call.rewards
+    cdef const floating* v = <const floating*>call.values
+    cdef const flag_t* d = <const flag_t*>call.dones
+    cdef const floating* nv = <const floating*>call.next_value
+    cdef floating g = <floating>call.gamma, lam = <floating>call.lam
+    cdef floating rho_bar = <floating>call.rho_bar, c_bar = <floating>call.c_bar
+    cdef floating pg_bar = <floating>call.pg_bar
+    cdef floating* vs = <floating*>call.out0
+    cdef floating* pg = <floating*>call.out1
     cdef Py_ssize_t t, o, i, n = c1 - c0
-    cdef const void* d1
+    cdef const flag_t* d1
     cdef const floating* v1
     cdef floating* acc1
-    cdef int k1
     if n <= 0:
         return
     for t in range(T - 1, -1, -1):
@@ -424,29 +411,32 @@ cdef void _vt_block(
         if t == T - 1:
             v1 = nv + c0
             acc1 = NULL
-            k1 = ndk
-            d1 = <const char*>nd + c0 * _flag_size(ndk)
+            d1 = NULL
         else:
             v1 = v + o + N
             acc1 = vs + o + N
-            k1 = dk
-            d1 = <const char*>d + (o + N) * _flag_size(dk)
-        if k1 == DT_U8:
-            _vt_row(n, x + o, is_log, r + o, v + o, v1, <const u8*>d1, acc1,
-                    g, lam, rho_bar, c_bar, pg_bar, vs + o, pg + o)
-        elif k1 == DT_F32:
-            _vt_row(n, x + o, is_log, r + o, v + o, v1, <const f32*>d1, acc1,
-                    g, lam, rho_bar, c_bar, pg_bar, vs + o, pg + o)
-        else:
-            _vt_row(n, x + o, is_log, r + o, v + o, v1, <const f64*>d1, acc1,
-                    g, lam, rho_bar, c_bar, pg_bar, vs + o, pg + o)
+            d1 = d + o + N
+        _vt_row(n, x + o, is_log, r + o, v + o, v1, d1, acc1,
+                g, lam, rho_bar, c_bar, pg_bar, vs + o, pg + o)
     # Row 0 still holds vs - values.
     for i in range(c0, c1):
         vs[i] = v[i] + vs[i]
 
 
+cdef void _not_done_row(const _Call* call, const floating* ftype, const flag_t* ktype) noexcept nogil:
+    """Row T-1 of out0 := 1 - next_done, in the float type: the kernels read next_done
+    there, so that they are specialised for one flag type (next_done's may differ from
+    dones', e.g. SB3's float episode_starts and bool dones)."""
+    cdef const flag_t* nd = <const flag_t*>call.next_done
+    cdef floating* row = <floating*>call.out0 + (call.T - 1) * call.N
+    cdef floating one = 1
+    cdef Py_ssize_t i
+    for i in range(call.N):
+        row[i] = one - <floating>nd[i]
+
+
 # ----------------------------------------------------------------------------
-# Drivers: split the columns over threads (or not) and run a block kernel
+# Driver and dispatch: one call, its element types chosen once
 # ----------------------------------------------------------------------------
 
 cdef inline Py_ssize_t _block_width(Py_ssize_t N, int nthreads) noexcept nogil:
@@ -454,90 +444,64 @@ cdef inline Py_ssize_t _block_width(Py_ssize_t N, int nthreads) noexcept nogil:
     return (w + 15) // 16 * 16
 
 
-cdef void _gae_run(int nthreads, Py_ssize_t T, Py_ssize_t N,
-                   const floating* r, const floating* v, const void* d, int dk,
-                   const floating* nv, const void* nd, int ndk, floating g, floating gl,
-                   floating* adv, floating* ret) noexcept nogil:
-    cdef Py_ssize_t b, w
+cdef inline void _block(const _Call* call, int kernel, Py_ssize_t c0, Py_ssize_t c1,
+                        const floating* ftype, const flag_t* ktype) noexcept nogil:
+    if kernel == _GAE:
+        _gae_block(call, c0, c1, ftype, ktype)
+    elif kernel == _GAE_TT:
+        _tt_block(call, c0, c1, ftype, ktype)
+    else:
+        _vt_block(call, c0, c1, ftype, ktype)
+
+
+cdef void _run(const _Call* call, int kernel, const floating* ftype,
+               const flag_t* ktype) noexcept nogil:
+    """kernel over all columns, split over call.nthreads threads (or not)."""
+    cdef Py_ssize_t b, w, N = call.N
+    cdef int nthreads = call.nthreads
+    if kernel == _NOT_DONE:
+        _not_done_row(call, ftype, ktype)
+        return
     if nthreads <= 1:
-        _gae_block(T, N, 0, N, r, v, d, dk, nv, nd, ndk, g, gl, adv, ret)
+        _block(call, kernel, 0, N, ftype, ktype)
         return
     w = _block_width(N, nthreads)
     for b in prange(nthreads, num_threads=nthreads, schedule="static"):
-        _gae_block(T, N, b * w, min(N, (b + 1) * w), r, v, d, dk, nv, nd, ndk, g, gl, adv, ret)
+        _block(call, kernel, b * w, min(N, (b + 1) * w), ftype, ktype)
 
 
-cdef void _tt_run(int nthreads, Py_ssize_t T, Py_ssize_t N,
-                  const floating* r, const floating* v, const void* te, const void* tr, int fk,
-                  const floating* nv, const floating* nvs, floating g, floating gl,
-                  floating* adv, floating* ret) noexcept nogil:
-    cdef Py_ssize_t b, w
-    if nthreads <= 1:
-        _tt_block(T, N, 0, N, r, v, te, tr, fk, nv, nvs, g, gl, adv, ret)
-        return
-    w = _block_width(N, nthreads)
-    for b in prange(nthreads, num_threads=nthreads, schedule="static"):
-        _tt_block(T, N, b * w, min(N, (b + 1) * w), r, v, te, tr, fk, nv, nvs, g, gl, adv, ret)
-
-
-cdef void _vt_run(int nthreads, Py_ssize_t T, Py_ssize_t N, const floating* x, bint is_log,
-                  const floating* r, const floating* v, const void* d, int dk,
-                  const floating* nv, const void* nd, int ndk,
-                  floating g, floating lam, floating rho_bar, floating c_bar, floating pg_bar,
-                  floating* vs, floating* pg) noexcept nogil:
-    cdef Py_ssize_t b, w
-    if nthreads <= 1:
-        _vt_block(T, N, 0, N, x, is_log, r, v, d, dk, nv, nd, ndk,
-                  g, lam, rho_bar, c_bar, pg_bar, vs, pg)
-        return
-    w = _block_width(N, nthreads)
-    for b in prange(nthreads, num_threads=nthreads, schedule="static"):
-        _vt_block(T, N, b * w, min(N, (b + 1) * w), x, is_log, r, v, d, dk, nv, nd, ndk,
-                  g, lam, rho_bar, c_bar, pg_bar, vs, pg)
-
-
-# ----------------------------------------------------------------------------
-# Float dispatch (the only place float32/float64 are named)
-# ----------------------------------------------------------------------------
-
-cdef void _gae_dispatch(int ft, int nthreads, Py_ssize_t T, Py_ssize_t N,
-                        const void* r, const void* v, const void* d, int dk,
-                        const void* nv, const void* nd, int ndk, double gamma, double lam,
-                        void* adv, void* ret) noexcept nogil:
-    # gamma * lambda is rounded once, as NumPy/torch do with a Python-float product.
-    if ft == cnp.NPY_FLOAT32:
-        _gae_run(nthreads, T, N, <const f32*>r, <const f32*>v, d, dk, <const f32*>nv, nd, ndk,
-                 <f32>gamma, <f32>(gamma * lam), <f32*>adv, <f32*>ret)
+cdef void _typed(const _Call* call, int kernel, int flag_type) noexcept nogil:
+    """_run specialised for call's float type and flag_type: the one place they are named."""
+    if call.float_type == DT_F32:
+        if flag_type == DT_U8:
+            _run(call, kernel, <const f32*>NULL, <const u8*>NULL)
+        elif flag_type == DT_F32:
+            _run(call, kernel, <const f32*>NULL, <const f32*>NULL)
+        else:
+            _run(call, kernel, <const f32*>NULL, <const f64*>NULL)
     else:
-        _gae_run(nthreads, T, N, <const f64*>r, <const f64*>v, d, dk, <const f64*>nv, nd, ndk,
-                 gamma, gamma * lam, <f64*>adv, <f64*>ret)
+        if flag_type == DT_U8:
+            _run(call, kernel, <const f64*>NULL, <const u8*>NULL)
+        elif flag_type == DT_F32:
+            _run(call, kernel, <const f64*>NULL, <const f32*>NULL)
+        else:
+            _run(call, kernel, <const f64*>NULL, <const f64*>NULL)
 
 
-cdef void _tt_dispatch(int ft, int nthreads, Py_ssize_t T, Py_ssize_t N,
-                       const void* r, const void* v, const void* te, const void* tr, int fk,
-                       const void* nv, const void* nvs, double gamma, double lam,
-                       void* adv, void* ret) noexcept nogil:
-    if ft == cnp.NPY_FLOAT32:
-        _tt_run(nthreads, T, N, <const f32*>r, <const f32*>v, te, tr, fk, <const f32*>nv,
-                <const f32*>nvs, <f32>gamma, <f32>(gamma * lam), <f32*>adv, <f32*>ret)
+cdef void _dispatch(const _Call* call) noexcept nogil:
+    """Run call's kernel (after _not_done_row when it reads next_done)."""
+    if call.next_done != NULL:
+        _typed(call, _NOT_DONE, call.next_flag_type)
+    _typed(call, call.kernel, call.flag_type)
+
+
+cdef inline void _call(const _Call* call):
+    """Run call, without the GIL unless it is too small to be worth releasing."""
+    if call.T * call.N >= NOGIL_MIN:
+        with nogil:
+            _dispatch(call)
     else:
-        _tt_run(nthreads, T, N, <const f64*>r, <const f64*>v, te, tr, fk, <const f64*>nv,
-                <const f64*>nvs, gamma, gamma * lam, <f64*>adv, <f64*>ret)
-
-
-cdef void _vt_dispatch(int ft, int nthreads, Py_ssize_t T, Py_ssize_t N, const void* x,
-                       bint is_log, const void* r, const void* v, const void* d, int dk,
-                       const void* nv, const void* nd, int ndk, double gamma, double lam,
-                       double rho_bar, double c_bar, double pg_bar,
-                       void* vs, void* pg) noexcept nogil:
-    if ft == cnp.NPY_FLOAT32:
-        _vt_run(nthreads, T, N, <const f32*>x, is_log, <const f32*>r, <const f32*>v, d, dk,
-                <const f32*>nv, nd, ndk, <f32>gamma, <f32>lam, <f32>rho_bar, <f32>c_bar,
-                <f32>pg_bar, <f32*>vs, <f32*>pg)
-    else:
-        _vt_run(nthreads, T, N, <const f64*>x, is_log, <const f64*>r, <const f64*>v, d, dk,
-                <const f64*>nv, nd, ndk, gamma, lam, rho_bar, c_bar, pg_bar,
-                <f64*>vs, <f64*>pg)
+        _dispatch(call)
 
 
 # ----------------------------------------------------------------------------
@@ -690,6 +654,28 @@ cdef int _threads(object num_threads, Py_ssize_t size, Py_ssize_t N) except -1:
     return fv_omp_threads(n) if n > 1 else 1  # (1 in a forked child: see _omp.pxd)
 
 
+cdef inline void _init(_Call* c, int kernel, int ft, int nthreads, cnp.ndarray r, cnp.ndarray v,
+                       cnp.ndarray nv, double gamma, double lam, cnp.ndarray out0,
+                       cnp.ndarray out1):
+    """c's fields that every kernel reads; the others NULL or 0 until the caller sets them."""
+    c.kernel = kernel
+    c.float_type = DT_F32 if ft == cnp.NPY_FLOAT32 else DT_F64
+    c.flag_type = c.next_flag_type = DT_U8
+    c.nthreads = nthreads
+    c.T = cnp.PyArray_DIM(r, 0)
+    c.N = cnp.PyArray_DIM(r, 1)
+    c.rewards = cnp.PyArray_DATA(r)
+    c.values = cnp.PyArray_DATA(v)
+    c.next_value = cnp.PyArray_DATA(nv)
+    c.dones = c.truncated = c.next_done = c.next_values = c.rhos = NULL
+    c.is_log = False
+    c.gamma = gamma
+    c.lam = lam
+    c.rho_bar = c.c_bar = c.pg_bar = 0
+    c.out0 = cnp.PyArray_DATA(out0)
+    c.out1 = cnp.PyArray_DATA(out1)
+
+
 # ----------------------------------------------------------------------------
 # Entry points (called by fastvec.advantages)
 # ----------------------------------------------------------------------------
@@ -700,8 +686,9 @@ def gae_next_done(rewards, values, dones, next_value, next_done,
     cdef str fn = "gae"
     cdef cnp.ndarray r = _arr(rewards), v = _arr(values), nv = _arr(next_value)
     cdef cnp.ndarray d = _arr(dones), nd = _arr(next_done), adv, ret
-    cdef int ft, dk = 0, ndk = 0, nthreads
+    cdef int ft, dk = 0, ndk = 0
     cdef Py_ssize_t T, N
+    cdef _Call c
     if cnp.PyArray_NDIM(r) != 2:
         raise ValueError(f"{fn}: rewards must be a 2-D [T, N] array (step-major), "
                          f"got shape {_shape_str(r)}")
@@ -721,16 +708,12 @@ def gae_next_done(rewards, values, dones, next_value, next_done,
                                 (r, v, nv, d, nd), rewards)
     if T == 0 or N == 0:
         return result
-    nthreads = _threads(num_threads, T * N, N)
-    if T * N >= NOGIL_MIN:
-        with nogil:
-            _gae_dispatch(ft, nthreads, T, N, cnp.PyArray_DATA(r), cnp.PyArray_DATA(v),
-                          cnp.PyArray_DATA(d), dk, cnp.PyArray_DATA(nv), cnp.PyArray_DATA(nd), ndk,
-                          gamma, gae_lambda, cnp.PyArray_DATA(adv), cnp.PyArray_DATA(ret))
-    else:
-        _gae_dispatch(ft, nthreads, T, N, cnp.PyArray_DATA(r), cnp.PyArray_DATA(v),
-                      cnp.PyArray_DATA(d), dk, cnp.PyArray_DATA(nv), cnp.PyArray_DATA(nd), ndk,
-                      gamma, gae_lambda, cnp.PyArray_DATA(adv), cnp.PyArray_DATA(ret))
+    _init(&c, _GAE, ft, _threads(num_threads, T * N, N), r, v, nv, gamma, gae_lambda, adv, ret)
+    c.flag_type = dk
+    c.dones = cnp.PyArray_DATA(d)
+    c.next_flag_type = ndk
+    c.next_done = cnp.PyArray_DATA(nd)
+    _call(&c)
     return result
 
 
@@ -740,9 +723,9 @@ def gae_terminated_truncated(rewards, values, terminated, truncated, next_value,
     cdef str fn = "gae_terminated_truncated"
     cdef cnp.ndarray r = _arr(rewards), v = _arr(values), nv = _arr(next_value)
     cdef cnp.ndarray te = _arr(terminated), tr = _arr(truncated), nvs = None, adv, ret
-    cdef int ft, tek = 0, trk = 0, nthreads
+    cdef int ft, tek = 0, trk = 0
     cdef Py_ssize_t T, N
-    cdef const void* nvs_p = NULL
+    cdef _Call c
     if cnp.PyArray_NDIM(r) != 2:
         raise ValueError(f"{fn}: rewards must be a 2-D [T, N] array (step-major), "
                          f"got shape {_shape_str(r)}")
@@ -774,18 +757,13 @@ def gae_terminated_truncated(rewards, values, terminated, truncated, next_value,
                                 (r, v, nv, te, tr, nvs), rewards)
     if T == 0 or N == 0:
         return result
+    _init(&c, _GAE_TT, ft, _threads(num_threads, T * N, N), r, v, nv, gamma, gae_lambda, adv, ret)
+    c.flag_type = tek
+    c.dones = cnp.PyArray_DATA(te)
+    c.truncated = cnp.PyArray_DATA(tr)
     if nvs is not None:
-        nvs_p = cnp.PyArray_DATA(nvs)
-    nthreads = _threads(num_threads, T * N, N)
-    if T * N >= NOGIL_MIN:
-        with nogil:
-            _tt_dispatch(ft, nthreads, T, N, cnp.PyArray_DATA(r), cnp.PyArray_DATA(v),
-                         cnp.PyArray_DATA(te), cnp.PyArray_DATA(tr), tek, cnp.PyArray_DATA(nv),
-                         nvs_p, gamma, gae_lambda, cnp.PyArray_DATA(adv), cnp.PyArray_DATA(ret))
-    else:
-        _tt_dispatch(ft, nthreads, T, N, cnp.PyArray_DATA(r), cnp.PyArray_DATA(v),
-                     cnp.PyArray_DATA(te), cnp.PyArray_DATA(tr), tek, cnp.PyArray_DATA(nv),
-                     nvs_p, gamma, gae_lambda, cnp.PyArray_DATA(adv), cnp.PyArray_DATA(ret))
+        c.next_values = cnp.PyArray_DATA(nvs)
+    _call(&c)
     return result
 
 
@@ -796,9 +774,10 @@ def vtrace(rewards, values, dones, next_value, next_done, log_rhos, rhos,
     cdef str fn = "vtrace"
     cdef cnp.ndarray r = _arr(rewards), v = _arr(values), nv = _arr(next_value)
     cdef cnp.ndarray d = _arr(dones), nd = _arr(next_done), x, vs, pg
-    cdef int ft, dk = 0, ndk = 0, nthreads
+    cdef int ft, dk = 0, ndk = 0
     cdef bint is_log = log_rhos is not None
     cdef Py_ssize_t T, N
+    cdef _Call c
     if (log_rhos is None) == (rhos is None):
         raise TypeError(f"{fn}: pass exactly one of log_rhos= or rhos= "
                         f"(log of / ratio pi(a|x) / mu(a|x), shape [T, N])")
@@ -825,16 +804,16 @@ def vtrace(rewards, values, dones, next_value, next_done, log_rhos, rhos,
                               (r, v, nv, d, nd, x), rewards)
     if T == 0 or N == 0:
         return result
-    nthreads = _threads(num_threads, T * N * 4, N)  # exp() makes it compute-bound
-    if T * N >= NOGIL_MIN:
-        with nogil:
-            _vt_dispatch(ft, nthreads, T, N, cnp.PyArray_DATA(x), is_log, cnp.PyArray_DATA(r),
-                         cnp.PyArray_DATA(v), cnp.PyArray_DATA(d), dk, cnp.PyArray_DATA(nv),
-                         cnp.PyArray_DATA(nd), ndk, gamma, lambda_, rho_bar, c_bar, pg_rho_bar,
-                         cnp.PyArray_DATA(vs), cnp.PyArray_DATA(pg))
-    else:
-        _vt_dispatch(ft, nthreads, T, N, cnp.PyArray_DATA(x), is_log, cnp.PyArray_DATA(r),
-                     cnp.PyArray_DATA(v), cnp.PyArray_DATA(d), dk, cnp.PyArray_DATA(nv),
-                     cnp.PyArray_DATA(nd), ndk, gamma, lambda_, rho_bar, c_bar, pg_rho_bar,
-                     cnp.PyArray_DATA(vs), cnp.PyArray_DATA(pg))
+    _init(&c, _VTRACE, ft, _threads(num_threads, T * N * 4, N),  # exp() makes it compute-bound
+          r, v, nv, gamma, lambda_, vs, pg)
+    c.flag_type = dk
+    c.dones = cnp.PyArray_DATA(d)
+    c.next_flag_type = ndk
+    c.next_done = cnp.PyArray_DATA(nd)
+    c.rhos = cnp.PyArray_DATA(x)
+    c.is_log = is_log
+    c.rho_bar = rho_bar
+    c.c_bar = c_bar
+    c.pg_bar = pg_rho_bar
+    _call(&c)
     return result
