@@ -86,3 +86,21 @@ def test_overlapped_rollout_steps_each_env_as_lockstep_stepping_does():
     finally:
         fast.close()
         reference.close()
+
+
+def test_backend_names_with_commas_reach_the_measuring_interpreter_whole(monkeypatch, capsys):
+    """Each loop runs in a fresh interpreter that is handed the backends by name; names such
+    as "FastVectorEnv, halves" hold commas and must arrive whole."""
+    import types
+
+    def measure_here(loop, threads, quick, rounds, iterations, backends):
+        return {name: train.Sample(1.0, 0.0, 0.0) for name in backends}
+
+    def run_here(command, capture_output, text):  # the fresh interpreter's _main, run in this one
+        monkeypatch.setattr(train, "measure", measure_here)
+        train._main(command[3:])
+        return types.SimpleNamespace(returncode=0, stdout=capsys.readouterr().out, stderr="")
+
+    monkeypatch.setattr(train.subprocess, "run", run_here)
+    results = train.measure_in_subprocess(0, 1, True, 1, 1, [train.HALVES, train.RESTART])
+    assert list(results) == [train.HALVES, train.RESTART]

@@ -60,6 +60,8 @@ GYM_BACKENDS = ("SyncVectorEnv", "AsyncVectorEnv", "FastVectorEnv")
 #: FastVectorEnv stepping half the envs while the policy acts on the other half (send/recv,
 #: ``batch_size = num_envs // 2``): the overlap a lockstep loop gives up
 HALVES = "FastVectorEnv, halves"
+#: FastVectorEnv(env_failure="restart") with no failure: what keeping a run alive costs
+RESTART = "FastVectorEnv, restart"
 SB3_BACKENDS = ("DummyVecEnv", "SubprocVecEnv", "FastVecEnv")
 BOUND = "env-free bound"
 
@@ -105,7 +107,9 @@ def gym_backend(name: str, make: Callable[[], gym.Env], num_envs: int):
         return FastVectorEnv(fns, autoreset_mode=mode)
     if name == HALVES:
         return FastVectorEnv(fns, autoreset_mode=mode, num_workers=2, batch_size=num_envs // 2)
-    raise ValueError(f"unknown backend {name!r}; expected one of {GYM_BACKENDS + (HALVES,)}")
+    if name == RESTART:
+        return FastVectorEnv(fns, autoreset_mode=mode, env_failure="restart")
+    raise ValueError(f"unknown backend {name!r}; expected one of {GYM_BACKENDS + (HALVES, RESTART)}")
 
 
 class TimedVectorEnv(gym.vector.VectorWrapper):
@@ -553,7 +557,7 @@ def _sb3(env_id: str, num_envs: int, backend: str, quick: bool):
 
 
 LOOPS = (
-    Loop("CleanRL PPO, HalfCheetah-v5 x8", GYM_BACKENDS + (HALVES,),
+    Loop("CleanRL PPO, HalfCheetah-v5 x8", GYM_BACKENDS + (HALVES, RESTART),
          lambda b, q: _gym_loop(make_cleanrl_mujoco, 8, _cleanrl_halfcheetah, b, q), "SyncVectorEnv", ("mujoco",)),
     Loop("CleanRL PPO, CartPole-v1 x8", GYM_BACKENDS,
          lambda b, q: _gym_loop(make_cartpole, 8, _cleanrl_cartpole, b, q), "SyncVectorEnv"),
@@ -621,7 +625,7 @@ def measure_in_subprocess(loop_index: int, threads: int, quick: bool, rounds: in
     an earlier loop imported, started or left behind (OpenMP pools, SB3's modules, child
     processes) is there, and torch's thread count is set before the loop starts."""
     command = [sys.executable, "-m", "fastvec._bench.train", str(loop_index), str(threads), str(int(quick)),
-               str(rounds), str(iterations), ",".join(backends)]
+               str(rounds), str(iterations), json.dumps(list(backends))]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"{LOOPS[loop_index].label} at {threads} torch threads failed:\n{done.stderr[-3000:]}")
@@ -643,7 +647,7 @@ def run(quick: bool = False, *, loops: Sequence[Loop] = LOOPS, threads: Sequence
         if why is not None:
             skipped.append(f"{loop.label}: skipped, {why}.")
             continue
-        backends = [b for b in loop.backends if not (quick and b in ("AsyncVectorEnv", HALVES))]
+        backends = [b for b in loop.backends if not (quick and b in ("AsyncVectorEnv", HALVES, RESTART))]
         for n in threads:
             if loop in LOOPS:
                 results = measure_in_subprocess(LOOPS.index(loop), n, quick, rounds, iterations, backends)
@@ -666,10 +670,11 @@ def run(quick: bool = False, *, loops: Sequence[Loop] = LOOPS, threads: Sequence
 
 
 def _main(argv: Sequence[str]) -> None:
-    """``python -m fastvec._bench.train LOOP THREADS QUICK ROUNDS ITERATIONS BACKENDS``: one
-    :func:`measure`, printed as a JSON line (what :func:`measure_in_subprocess` reads)."""
+    """``python -m fastvec._bench.train LOOP THREADS QUICK ROUNDS ITERATIONS BACKENDS`` (BACKENDS:
+    a JSON list, since names hold commas): one :func:`measure`, printed as a JSON line (what
+    :func:`measure_in_subprocess` reads)."""
     loop_index, threads, quick, rounds, iterations = (int(a) for a in argv[:5])
-    results = measure(LOOPS[loop_index], threads, bool(quick), rounds, iterations, argv[5].split(","))
+    results = measure(LOOPS[loop_index], threads, bool(quick), rounds, iterations, json.loads(argv[5]))
     print(json.dumps({name: dataclasses.asdict(sample) for name, sample in results.items()}))
 
 
