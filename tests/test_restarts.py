@@ -381,3 +381,21 @@ def test_a_step_longer_than_step_timeout_counts_as_a_failure(tmp_path, workers_s
 def test_bad_step_timeout(value, error, match):
     with pytest.raises(error, match=match):
         FastVectorEnv([lambda: FlakyEnv() for _ in range(2)], num_workers=2, step_timeout=value)
+
+
+def test_the_survive_crashes_example_reports_every_failure_it_injects():
+    """examples/survive_crashes.py on CartPole (MuJoCo is an extra): an exception, a segfault
+    and a SIGKILL, each reported in the step it happened in."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "survive_crashes.py"
+    spec = importlib.util.spec_from_file_location("survive_crashes", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    result = example.run("CartPole-v1", 4, steps=90, every=30, env_failure="restart", faults=True, seed=0)
+    assert [(t, kind) for t, kind, _ in result["injected"]] == [(30, "raise"), (60, "segv"), (90, "kill")]
+    # (an env in its autoreset step carries the order out at its next step)
+    delays = [seen - t for (t, *_), (seen, *_) in zip(result["injected"], result["reported"])]
+    assert len(delays) == 3 and delays[0] in (0, 1) and delays[1] in (0, 1) and delays[2] == 0, delays
+    assert sum(result["restarts"]) == 1 + 2 + 2  # (one env, then a worker's two, twice)
