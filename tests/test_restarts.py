@@ -399,3 +399,47 @@ def test_the_survive_crashes_example_reports_every_failure_it_injects():
     delays = [seen - t for (t, *_), (seen, *_) in zip(result["injected"], result["reported"])]
     assert len(delays) == 3 and delays[0] in (0, 1) and delays[1] in (0, 1) and delays[2] == 0, delays
     assert sum(result["restarts"]) == 1 + 2 + 2  # (one env, then a worker's two, twice)
+
+
+class _NotedEnv(FlakyEnv):
+    """Its infos hold a string, which travels on the worker's pipe after every step."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward, terminated, truncated, {**info, "note": f"step {self.t}"}
+
+
+def test_a_worker_that_dies_between_its_done_flag_and_its_reply(tmp_path, workers_seen, monkeypatch):
+    """A worker that marks its step done with a reply to come on its pipe, then dies before
+    sending it (killed in between), is restarted once, and the step reports it. (The workers
+    are forks of this process: the first one to send a step's reply dies instead.)"""
+    from fastvec.vector import _worker
+
+    marker, armed = str(tmp_path / "died"), tmp_path / "armed"
+    send = _worker._protocol.send
+
+    def send_or_die(conn, obj):
+        if armed.exists() and isinstance(obj, tuple) and len(obj) == 3 and not isinstance(obj[0], str):
+            try:
+                os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                pass
+            else:
+                os._exit(5)
+        send(conn, obj)
+
+    monkeypatch.setattr(_worker._protocol, "send", send_or_die)
+    envs, pids = workers_seen
+    env = FastVectorEnv([lambda: _NotedEnv() for _ in range(NUM_ENVS)], num_workers=2, env_failure="restart",
+                        context="fork")
+    envs.append(env)
+    pids.update(p.pid for p in env.processes)
+    env.reset(seed=SEED)
+    armed.touch()  # (each step's reply: its string infos go on the pipe)
+    obs, rewards, terminations, truncations, infos = env.step(np.zeros(NUM_ENVS, dtype=np.int64))
+    pids.update(p.pid for p in env.processes)
+    died = np.flatnonzero(infos["env_restarted"]).tolist()
+    assert died in (list(range(4)), WORKER_1) and truncations[died].all(), infos
+    assert "exited with code 5" in infos["env_error"][died[0]]
+    assert sum(env.restarts) == 4  # (one restart of one worker)
+    env.step(np.zeros(NUM_ENVS, dtype=np.int64))

@@ -441,7 +441,8 @@ class WorkerPool:
                     all_workers[w].received = self.recv(w)
                 except WorkerDiedError as exc:
                     if not self._restartable():
-                        raise
+                        self.shutdown(terminate=True)
+                        raise WorkerDiedError(f"{str(exc).rstrip('.')}; the vector env is closed.", w) from None
                     self.restart_worker(w, str(exc), "")
                     statuses = [(v, _sync.status(self.ctrl, w) if v == w else st) for v, st in statuses]
         for w, status in statuses:  # ... then, with nothing left to block on, sort them
@@ -469,14 +470,16 @@ class WorkerPool:
         """Receive from worker w's pipe, raising if the worker dies or the timeout passes."""
         pipe = self.workers[w].pipe
         deadline = None if timeout is None else time.perf_counter() + timeout
+        # (a worker found dead here is not restarted: its pipe is the one being read; the
+        # caller of recv restarts it, see read_statuses)
         while not pipe.poll(LIVENESS_INTERVAL):
-            self.check_alive(w)
+            self.check_alive(w, restart=False)
             if deadline is not None and time.perf_counter() > deadline:
                 raise multiprocessing.TimeoutError(f"worker {w} did not answer within {timeout} s")
         try:
             return pipe.recv()
         except (EOFError, ConnectionResetError, OSError):
-            self.check_alive(w, wait=1.0)
+            self.check_alive(w, wait=1.0, restart=False)
             raise WorkerDiedError(f"worker {w} (envs {self.env_range(w)}) closed its pipe unexpectedly", w)
 
     # -- faults ---------------------------------------------------------------------------------
@@ -487,21 +490,25 @@ class WorkerPool:
         self.shutdown(terminate=True)
         raise in_caller(exc, env_index, phase, closed=True)
 
-    def check_alive(self, w: int, wait: float = 0.0) -> None:
+    def check_alive(self, w: int, wait: float = 0.0, restart: bool = True) -> None:
         """Raise WorkerDiedError (closing the pool) if worker ``w``'s process has ended (with
-        ``env_failure="restart"``, during a step, start it again instead)."""
+        ``env_failure="restart"``, during a step, start it again instead; with ``restart=False``
+        raise then without closing the pool, for the caller to restart it)."""
         worker = self.workers[w]
         if not isinstance(worker, RemoteWorker):  # (the caller's own share)
             return
         code = worker.exitcode(wait)
         if code is None:
             return
-        died = worker_died(w, self.env_range(w), code)
-        if self._restartable():
-            self.restart_worker(w, str(died).replace("; the vector env is closed.", ""), "")
-            return
+        if self._in_step and self.restarts is not None:
+            died = worker_died(w, self.env_range(w), code, closed=False)
+            if not restart:
+                raise died
+            if self._restartable():
+                self.restart_worker(w, str(died), "")
+                return
         self.shutdown(terminate=True)
-        raise died
+        raise worker_died(w, self.env_range(w), code)
 
     def _raise_remote_errors(self, errors: list) -> list[int]:
         """Log each failed worker's error as AsyncVectorEnv does, then re-raise the last one

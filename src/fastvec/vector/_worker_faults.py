@@ -28,8 +28,9 @@ class RecoverableError(Exception):
         self.error = error
 
 
-def worker_died(w: int, env_range: str, exitcode: int) -> WorkerDiedError:
-    """The error for worker ``w`` (envs ``env_range``), whose process ended with ``exitcode``.
+def worker_died(w: int, env_range: str, exitcode: int, closed: bool = True) -> WorkerDiedError:
+    """The error for worker ``w`` (envs ``env_range``), whose process ended with ``exitcode``
+    (``closed``: the vector env is closed by it, as the message then says).
 
     Example:
         >>> str(worker_died(1, "4..7", -9))
@@ -42,7 +43,8 @@ def worker_died(w: int, env_range: str, exitcode: int) -> WorkerDiedError:
             how = f"was killed by signal {-exitcode}"
     else:
         how = f"exited with code {exitcode}"
-    return WorkerDiedError(f"FastVectorEnv worker {w} (envs {env_range}) {how}; the vector env is closed.", w)
+    ending = "; the vector env is closed." if closed else "."
+    return WorkerDiedError(f"FastVectorEnv worker {w} (envs {env_range}) {how}{ending}", w)
 
 
 def log_failed_workers(errors: list, starts: list[int]) -> None:
