@@ -245,7 +245,7 @@ def test_a_constructor_that_fails_on_the_rebuild_raises_at_once(tmp_path, worker
     with pytest.raises(RuntimeError, match="cannot build the env again"):
         env.step(actions)
     pids.update(p.pid for p in env.processes)
-    assert env.closed
+    assert env.closed and len(pids) == 2  # (no worker was started again to retry it)
 
 
 def test_raise_stays_the_default(tmp_path, workers_seen):

@@ -33,7 +33,7 @@ from fastvec.vector._protocol import STATUS_OK as _OK
 from fastvec.vector._remote_worker import RemoteWorker, end_workers, usable_cpus
 from fastvec.vector._restarts import Restarts
 from fastvec.vector._shared_buffer import Section, SharedBuffer
-from fastvec.vector._worker import THINK_WINDOW_S, _Worker
+from fastvec.vector._worker import REBUILD_PHASE, THINK_WINDOW_S, _Worker
 from fastvec.vector._worker_faults import RecoverableError, in_caller, log_failed_workers, remote_exception, worker_died
 
 __all__ = ["WorkerPool", "usable_cpus"]
@@ -516,7 +516,7 @@ class WorkerPool:
         started again instead, while the budget lasts: returns them."""
         if self._in_step and self.restarts is not None:
             for k, (w, report) in enumerate(errors):
-                if not self._restartable():
+                if report[2] == REBUILD_PHASE or not self._restartable():
                     errors = errors[k:]
                     break
                 _, env_index, phase, type_name, text, trace, _ = report

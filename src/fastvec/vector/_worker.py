@@ -38,6 +38,9 @@ from fastvec.vector._restarts import RestartState, derived_seed
 from fastvec.vector._shared_buffer import SharedBuffer, receive
 from fastvec.vector._step_server import StepServer, watch_parent
 
+# The phase an error report names when an env's constructor raised as the env was built
+# again after a failure: the caller raises it at once (retrying would fail the same way).
+REBUILD_PHASE = "the rebuild of an env after a failure"
 # Names `call` must not reach: they have their own commands (as in AsyncVectorEnv).
 RESERVED_CALLS = ("reset", "step", "close", "_setattr", "_check_spaces")
 # Object-leaf values of these types are sent again only when they change (a MiniGrid
@@ -71,6 +74,7 @@ class _Worker:
         #: with env_failure="restart": each env's last seed, restart count, and constructor
         self.restart = restart
         self.env_fns = env_fns
+        self.rebuild_failed = False  # an env's constructor raised when it was built again
         self.first = first
         self.stop = first + len(envs)
         self.obs_layout = obs_layout
@@ -199,7 +203,11 @@ class _Worker:
             self.envs[j].close()
         except Exception:
             pass
-        self.envs[j] = self.env_fns[j]()
+        try:
+            self.envs[j] = self.env_fns[j]()
+        except BaseException:
+            self.rebuild_failed = True  # (reported as such: the caller does not retry it)
+            raise
         restart = self.restart
         restart.counts[j] += 1
         seed = derived_seed(restart.seeds[j], restart.counts[j])
@@ -463,7 +471,7 @@ def _serve(worker: _Worker, ctrl: np.ndarray, pipe, spin_s: float, parent_alive:
         except BaseException as exc:
             if server.stepping:  # an env of a step the server ran
                 worker.current_env = worker.env_loop.current
-            report = error_report(exc, worker.current_env, phase)
+            report = error_report(exc, worker.current_env, REBUILD_PHASE if worker.rebuild_failed else phase)
             recoverable = phase in RECOVERABLE and isinstance(exc, Exception)
             _sync.finish_command(ctrl, index, server.seq, Status.CALL_ERROR if recoverable else Status.ERROR)
             _protocol.send(pipe, report)
