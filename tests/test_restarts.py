@@ -443,3 +443,29 @@ def test_a_worker_that_dies_between_its_done_flag_and_its_reply(tmp_path, worker
     assert "exited with code 5" in infos["env_error"][died[0]]
     assert sum(env.restarts) == 4  # (one restart of one worker)
     env.step(np.zeros(NUM_ENVS, dtype=np.int64))
+
+
+def test_an_env_whose_reset_raises_is_rebuilt_and_reset_with_its_derived_seed(tmp_path, workers_seen):
+    """Env 5's first reset raises: it is rebuilt in its worker and reset with the seed drawn
+    from the one it was given; every other env's reset, and then every other env's steps,
+    are SyncVectorEnv's."""
+    envs, pids = workers_seen
+    marker = str(tmp_path / "failed")
+    env = FastVectorEnv([(lambda k=k: FlakyEnv(marker=marker, reset_fails=k == FAILING)) for k in range(NUM_ENVS)],
+                        num_workers=2, env_failure="restart")
+    envs.append(env)
+    pids.update(p.pid for p in env.processes)
+    ref = SyncVectorEnv([lambda: FlakyEnv() for _ in range(NUM_ENVS)])
+    want, _ = ref.reset(seed=SEED)
+    obs, infos = env.reset(seed=SEED)
+    kept = [e for e in range(NUM_ENVS) if e != FAILING]
+    np.testing.assert_array_equal(obs[kept], want[kept])
+    fresh, _ = FlakyEnv().reset(seed=_derived_seed(FAILING, 1))
+    np.testing.assert_array_equal(obs[FAILING], fresh)
+    assert np.flatnonzero(infos["env_restarted"]).tolist() == [FAILING]
+    assert "ValueError: boom in reset (env 5)" in infos["env_error"][FAILING]
+    assert env.restarts.tolist() == [int(e == FAILING) for e in range(NUM_ENVS)]
+    actions = np.zeros(NUM_ENVS, dtype=np.int64)
+    got, want = env.step(actions), ref.step(actions)
+    assert_same(want[0][kept], got[0][kept], "step after the reset")
+    ref.close()

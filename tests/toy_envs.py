@@ -158,21 +158,29 @@ class FlakyEnv(gym.Env):
     """An env whose observations come from its seeded RNG (so a reset's seed shows), that
     fails once at step ``fail_at`` of an episode: the first instance (of all built with the
     same ``marker`` file) to get there does, by ``how``: "raise", "exit" (``os._exit``),
-    "segv" (reads address 0), "hang" (sleeps for an hour). ``marker=None``: every instance fails there. ``build_fails``:
-    the constructor raises once the marker exists (a rebuild that fails)."""
+    "segv" (reads address 0), "hang" (sleeps for an hour). ``marker=None``: every instance
+    fails there. ``build_fails``: the constructor raises once the marker exists (a rebuild
+    that fails). ``reset_fails``: the first instance to reset raises there instead (once, by
+    the marker)."""
 
     observation_space = spaces.Box(-1, 1, (3,), np.float32)
     action_space = spaces.Discrete(2)
 
-    def __init__(self, fail_at=None, how="raise", marker=None, build_fails=False, episode=30):
+    def __init__(self, fail_at=None, how="raise", marker=None, build_fails=False, episode=30, reset_fails=False):
         import os
 
         if build_fails and marker is not None and os.path.exists(marker):
             raise RuntimeError("cannot build the env again")
         self.fail_at, self.how, self.marker, self.episode = fail_at, how, marker, episode
+        self.reset_fails = reset_fails
         self.t = 0
 
     def reset(self, *, seed=None, options=None):
+        import os
+
+        if self.reset_fails and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            raise ValueError("boom in reset")
         super().reset(seed=seed)
         self.t = 0
         return self.np_random.uniform(-1, 1, 3).astype(np.float32), {"t": 0}

@@ -155,7 +155,15 @@ class _Worker:
             elif self.restart is not None:
                 self.restart.seeds[j] = seed
             self.next_seeds[j] = None
-            self.last_obs[j], info = env.reset(seed=seed, options=options)
+            try:
+                self.last_obs[j], info = env.reset(seed=seed, options=options)
+            except Exception as exc:
+                if self.restart is None or self.env_fns is None:
+                    raise
+                # (env_failure="restart": built again, and reset with its derived seed)
+                seed, restarted = self._rebuild(j, exc)
+                self.last_obs[j], info = self.envs[j].reset(seed=seed, options=options)
+                info = {**info, **restarted}
             self.autoreset[j] = False
             # A reset is a transition with no reward (what send/recv returns for it).
             self.rewards[j] = 0.0
@@ -193,6 +201,23 @@ class _Worker:
 
         Raises ``exc`` when the restart budget is spent, or the constructor's own error.
         """
+        seed, restarted = self._rebuild(j, exc)
+        self.rewards[j] = 0.0
+        self.terminations[j] = False
+        self.truncations[j] = True
+        last = self.last_obs[j]
+        if self.autoreset_mode == AutoresetMode.SAME_STEP:
+            obs, info = self.envs[j].reset(seed=seed)
+            return obs, ({"final_obs": last, "final_info": restarted}, {**info, **restarted}), False
+        self.next_seeds[j] = seed
+        return last, (restarted,), True
+
+    def _rebuild(self, j: int, exc: Exception) -> tuple[int | None, dict]:
+        """Build env ``j`` again after ``exc`` (in a step or a reset): take one restart from
+        the budget, log it with the traceback, close the env (if it still closes) and call its
+        constructor. Returns the seed its first reset uses (from its last seed and restart
+        count) and the infos it adds (``env_restarted``, ``env_error``). Raises ``exc`` when
+        the budget is spent, or the constructor's own error (marked: not to be retried)."""
         if not _sync.take_restart(self.ctrl):
             raise exc
         text = f"{type(exc).__qualname__}: {exc} (env {self.first + j})"
@@ -210,17 +235,7 @@ class _Worker:
             raise
         restart = self.restart
         restart.counts[j] += 1
-        seed = derived_seed(restart.seeds[j], restart.counts[j])
-        self.rewards[j] = 0.0
-        self.terminations[j] = False
-        self.truncations[j] = True
-        restarted = {"env_restarted": True, "env_error": text}
-        last = self.last_obs[j]
-        if self.autoreset_mode == AutoresetMode.SAME_STEP:
-            obs, info = self.envs[j].reset(seed=seed)
-            return obs, ({"final_obs": last, "final_info": restarted}, {**info, **restarted}), False
-        self.next_seeds[j] = seed
-        return last, (restarted,), True
+        return derived_seed(restart.seeds[j], restart.counts[j]), {"env_restarted": True, "env_error": text}
 
     # -- helpers --------------------------------------------------------------------
     def _read_actions(self) -> list | np.ndarray:

@@ -136,10 +136,13 @@ class FastVectorEnv(WorkerVectorEnv):
             last observation before the failure (NEXT_STEP, DISABLED: its next reset, the
             next step's autoreset or yours, is seeded from its last seed and its restart
             count) or at once its first one from that reset (SAME_STEP: the last one in
-            ``final_obs``, the restart infos in ``final_info`` too). A failure during
-            ``reset``/``call``, or of a rebuilt env's constructor, still raises; so does
-            one in the caller's own share (``step_in_caller=True`` is refused). See
-            ``docs/vector.md``, "Failures and restarts".
+            ``final_obs``, the restart infos in ``final_info`` too). An env whose
+            ``reset`` raises is built again and reset with the seed drawn from the one it
+            was given (``infos["env_restarted"]`` in the reset's infos). A failure during
+            ``call``/``set_attr``, a worker that dies during ``reset``, and a rebuilt env's
+            constructor that fails still raise; so does one in the caller's own share
+            (``step_in_caller=True`` is refused). See ``docs/vector.md``, "Failures and
+            restarts".
         max_restarts: with ``env_failure="restart"``, how many failures are recovered
             from in all; the next one raises as with ``"raise"``. Default 100.
         step_timeout: seconds (default None: no limit). A worker whose step takes longer
@@ -448,6 +451,8 @@ class FastVectorEnv(WorkerVectorEnv):
         """Wait for the reset sent by :meth:`reset_async`; returns (obs, infos)."""
         infos = self._collect(_WAITING_RESET, "reset_wait", timeout)
         obs = self._staging.observations()
+        if self._restarts is not None:
+            self._restarts.learn(infos)  # (envs rebuilt because their reset raised)
         if self._last_obs is not None:
             self._last_obs = copy_batch(obs)
         return obs, infos
