@@ -43,16 +43,18 @@ class InjectedFault(gym.Wrapper):
         self.order = order
 
     def step(self, action):
-        if os.path.exists(self.order):
+        try:
             with open(self.order) as f:
                 how, target = f.read().split()
-            if int(target) == self.index:
-                os.remove(self.order)
-                if how == "raise":
-                    raise RuntimeError("an injected failure")
-                import ctypes
+        except FileNotFoundError:  # no order, or its target (in another worker) has just taken it
+            how, target = None, -1
+        if int(target) == self.index:
+            os.remove(self.order)
+            if how == "raise":
+                raise RuntimeError("an injected failure")
+            import ctypes
 
-                ctypes.string_at(0)  # a segfault
+            ctypes.string_at(0)  # a segfault
         return self.env.step(action)
 
 
@@ -72,9 +74,10 @@ def run(env_id: str, num_envs: int, steps: int, every: int, env_failure: str, fa
                 if kind == "kill":
                     worker = 0 if target < num_envs // 2 else 1
                     os.kill(envs.processes[worker].pid, signal.SIGKILL)
-                else:
-                    with open(order, "w") as f:
+                else:  # (written whole, then renamed: an env never reads half an order)
+                    with open(order + ".new", "w") as f:
                         f.write(f"{kind} {target}")
+                    os.replace(order + ".new", order)
                 injected.append((t, kind, target))
             actions = envs.action_space.sample()
             step_start = time.perf_counter()
