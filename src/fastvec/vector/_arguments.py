@@ -89,3 +89,27 @@ def check_no_ended_envs(autoreset_envs: np.ndarray) -> None:
             f"envs {envs} terminated or truncated and autoreset_mode=DISABLED: reset them with "
             "`reset(options={'reset_mask': mask})` before stepping again"
         )
+
+
+def check_failure_arguments(env_failure, max_restarts, step_in_caller: bool) -> None:
+    """Check ``env_failure`` and ``max_restarts`` (see FastVectorEnv's docstring)."""
+    if env_failure not in ("raise", "restart"):
+        raise ValueError(f"env_failure must be 'raise' or 'restart', got {env_failure!r}")
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, (int, np.integer)):
+        raise TypeError(f"max_restarts must be an int, got {type(max_restarts).__name__}")
+    if max_restarts < 0:
+        raise ValueError(f"max_restarts must be >= 0, got {max_restarts}")
+    if env_failure == "restart" and step_in_caller:
+        raise ValueError("env_failure='restart' needs every env in a worker process: the caller's own share "
+                         "(step_in_caller=True) cannot be restarted")
+
+
+def checked_step_timeout(step_timeout) -> float | None:
+    """FastVectorEnv's ``step_timeout``: None, or a positive number of seconds."""
+    if step_timeout is None:
+        return None
+    if isinstance(step_timeout, bool) or not isinstance(step_timeout, (int, float, np.integer, np.floating)):
+        raise TypeError(f"step_timeout must be None or a number of seconds, got {type(step_timeout).__name__}")
+    if not step_timeout > 0:
+        raise ValueError(f"step_timeout must be > 0 seconds, got {step_timeout}")
+    return float(step_timeout)

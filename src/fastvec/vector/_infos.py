@@ -39,7 +39,7 @@ from gymnasium.vector import VectorEnv
 
 from fastvec.vector import _info_rows as _kernel
 
-__all__ = ["InfoWriter", "InfoAssembler", "row_bytes_for"]
+__all__ = ["InfoWriter", "InfoAssembler", "InfoBatch", "row_bytes_for"]
 
 # Value kinds (the first item of a kind tuple), as plain ints: stored in the row ...
 FLOAT, INT, BOOL, NPSCALAR, NDARRAY = (int(_kernel.InfoKind.FLOAT), int(_kernel.InfoKind.INT),
@@ -448,7 +448,7 @@ class _Plan:
 
     def _run_generic(self, assembler: InfoAssembler, slots: np.ndarray, env_rows: np.ndarray, num_out: int,
                      piped: dict) -> dict:
-        batch = _Batch(num_out)
+        batch = InfoBatch(num_out)
         infos: dict = {}
         for k, (slot, env) in enumerate(zip(slots.tolist(), env_rows.tolist())):
             if slot < 0:
@@ -464,8 +464,9 @@ class _Plan:
         return infos
 
 
-class _Batch:
-    """Gymnasium's ``VectorEnv._add_info`` over ``num_envs`` rows."""
+class InfoBatch:
+    """Gymnasium's ``VectorEnv._add_info`` over ``num_envs`` rows: ``_add_info(infos, info, k)``
+    adds row ``k``'s info dict to the vector infos as SyncVectorEnv does."""
 
     _add_info = VectorEnv._add_info
 

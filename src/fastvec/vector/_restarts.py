@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from fastvec.vector._batch_tree import put_rows, row_of
+from fastvec.vector._infos import InfoBatch
 
 __all__ = ["Restarts", "RestartState", "derived_seed"]
 
@@ -104,7 +105,7 @@ class Restarts:
             logger.warning("FastVectorEnv: env %d was rebuilt after: %s", env, infos["env_error"][row])
 
     def report(self, obs: Any, last_obs: Any, infos: dict, rows_of: dict | None = None,
-               same_step: bool = False) -> Any:
+               same_step: bool = False) -> tuple[Any, dict]:
         """Mark the worker restarts since the last results in one step's results: the
         rebuilt envs' rows of ``obs`` become their observations before the failure (from
         ``last_obs``), and ``infos`` gains (or adds these rows to) ``env_restarted`` (bool)
@@ -112,50 +113,30 @@ class Restarts:
         ``{"env_restarted": True, "env_error": text}`` info would. With ``same_step``
         (SAME_STEP autoreset) the rows keep the rebuilt envs' first observations, and the
         last ones go to ``final_obs``, the restart infos to ``final_info`` too.
-        ``rows_of``: env index -> output row (default: the same). Returns the observations."""
-        restarted = [(env, error) for envs, error in self.unreported for env in envs]
+        ``rows_of``: env index -> output row (default: the same). Returns the observations
+        and the infos."""
+        pending = [(env, error) for envs, error in self.unreported for env in envs]
         self.unreported = []
         rows, envs, errors = [], [], []
-        for env, error in restarted:
+        for env, error in pending:
             row = env if rows_of is None else rows_of.get(env)
             if row is not None:
                 rows.append(row)
                 envs.append(env)
                 errors.append(error)
         if not rows:
-            return obs
-        num_out = len(_first_leaf(obs))
-        if same_step:
-            # (as SyncVectorEnv batches an ended env's {"final_obs": obs, "final_info": info})
-            if "final_obs" not in infos:
-                infos["final_obs"] = np.full(num_out, None, dtype=object)
-                infos["_final_obs"] = np.zeros(num_out, dtype=np.bool_)
-                infos["final_info"] = {}
-                infos["_final_info"] = np.zeros(num_out, dtype=np.bool_)
-            for row, env in zip(rows, envs):
-                infos["final_obs"][row] = None if last_obs is None else row_of(last_obs, env)
-            infos["_final_obs"][rows] = True
-            infos["_final_info"][rows] = True
-            _add_restarted(infos["final_info"], num_out, rows, errors)
-        elif last_obs is not None:
+            return obs, infos
+        batch = InfoBatch(len(_first_leaf(obs)))
+        for row, env, error in zip(rows, envs, errors):
+            # (the dicts a worker's own rebuild of the env adds, see _Worker.rebuild_env)
+            restarted = {"env_restarted": True, "env_error": error}
+            if same_step:
+                final_obs = None if last_obs is None else row_of(last_obs, env)
+                infos = batch._add_info(infos, {"final_obs": final_obs, "final_info": restarted}, row)
+            infos = batch._add_info(infos, restarted, row)
+        if not same_step and last_obs is not None:
             put_rows(obs, rows, last_obs, envs)
-        _add_restarted(infos, num_out, rows, errors)
-        return obs
-
-
-def _add_restarted(infos: dict, num_out: int, rows: list[int], errors: list[str]) -> None:
-    """``infos`` as if the env of each of ``rows`` had added ``{"env_restarted": True,
-    "env_error": error}`` (Gymnasium's batching: a bool and an object array, with masks)."""
-    if "env_restarted" not in infos:
-        infos["env_restarted"] = np.zeros(num_out, dtype=np.bool_)
-        infos["_env_restarted"] = np.zeros(num_out, dtype=np.bool_)
-    if "env_error" not in infos:
-        infos["env_error"] = np.full(num_out, None, dtype=object)
-        infos["_env_error"] = np.zeros(num_out, dtype=np.bool_)
-    for key in ("env_restarted", "_env_restarted", "_env_error"):
-        infos[key][rows] = True
-    for row, error in zip(rows, errors):
-        infos["env_error"][row] = error
+        return obs, infos
 
 
 def _first_leaf(obs: Any):

@@ -17,8 +17,9 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces, batch_space, create_empty_array
 
 from fastvec.errors import AlreadyPendingCallError, NoAsyncCallError
-from fastvec.vector._arguments import (check_no_ended_envs, check_synchronous, checked_batch_size, checked_count,
-                                       seeds_per_env, split_reset_options)
+from fastvec.vector._arguments import (check_failure_arguments, check_no_ended_envs, check_synchronous,
+                                       checked_batch_size, checked_count, checked_step_timeout, seeds_per_env,
+                                       split_reset_options)
 from fastvec.vector._pool import WorkerPool, usable_cpus
 from fastvec.vector._batch_tree import copy_batch, put_rows
 from fastvec.vector._staging import Staging, layouts
@@ -226,8 +227,8 @@ class FastVectorEnv(WorkerVectorEnv):
         self.step_in_caller = bool(step_in_caller)
         if pin_workers is not None and not isinstance(pin_workers, bool):
             raise TypeError(f"pin_workers must be None, True or False, got {pin_workers!r}")
-        _check_failure_arguments(env_failure, max_restarts, self.step_in_caller)
-        step_timeout = _checked_step_timeout(step_timeout)
+        check_failure_arguments(env_failure, max_restarts, self.step_in_caller)
+        step_timeout = checked_step_timeout(step_timeout)
 
         self._pool = WorkerPool(self, env_fns, self.num_workers, autoreset_mode=self.autoreset_mode,
                                 step_in_caller=self.step_in_caller, context=context, daemon=daemon,
@@ -399,7 +400,7 @@ class FastVectorEnv(WorkerVectorEnv):
         obs, rewards, terminations, truncations, infos = results
         self._restarts.learn(infos)
         if self._restarts.unreported:
-            obs = self._restarts.report(obs, self._last_obs, infos, same_step=self._same_step)
+            obs, infos = self._restarts.report(obs, self._last_obs, infos, same_step=self._same_step)
         if self._last_obs is not None:
             self._last_obs = copy_batch(obs)
         return obs, rewards, terminations, truncations, infos
@@ -516,8 +517,8 @@ class FastVectorEnv(WorkerVectorEnv):
             env_list = env_ids.tolist()
             self._restarts.learn(infos, env_ids)
             if self._restarts.unreported:
-                obs = self._restarts.report(obs, self._last_obs, infos, {e: k for k, e in enumerate(env_list)},
-                                            same_step=self._same_step)
+                obs, infos = self._restarts.report(obs, self._last_obs, infos, {e: k for k, e in enumerate(env_list)},
+                                                   same_step=self._same_step)
             if self._last_obs is not None:
                 put_rows(self._last_obs, env_list, obs, list(range(len(env_list))))
         return (
@@ -592,27 +593,3 @@ class FastVectorEnv(WorkerVectorEnv):
         if self.spec is None:
             return f"FastVectorEnv(num_envs={self.num_envs}, num_workers={getattr(self, 'num_workers', '?')})"
         return f"FastVectorEnv({self.spec.id}, num_envs={self.num_envs}, num_workers={self.num_workers})"
-
-
-def _check_failure_arguments(env_failure, max_restarts, step_in_caller: bool) -> None:
-    """Check FastVectorEnv's ``env_failure`` and ``max_restarts`` (see its docstring)."""
-    if env_failure not in ("raise", "restart"):
-        raise ValueError(f"env_failure must be 'raise' or 'restart', got {env_failure!r}")
-    if isinstance(max_restarts, bool) or not isinstance(max_restarts, (int, np.integer)):
-        raise TypeError(f"max_restarts must be an int, got {type(max_restarts).__name__}")
-    if max_restarts < 0:
-        raise ValueError(f"max_restarts must be >= 0, got {max_restarts}")
-    if env_failure == "restart" and step_in_caller:
-        raise ValueError("env_failure='restart' needs every env in a worker process: the caller's own share "
-                         "(step_in_caller=True) cannot be restarted")
-
-
-def _checked_step_timeout(step_timeout) -> float | None:
-    """FastVectorEnv's ``step_timeout``: None, or a positive number of seconds."""
-    if step_timeout is None:
-        return None
-    if isinstance(step_timeout, bool) or not isinstance(step_timeout, (int, float, np.integer, np.floating)):
-        raise TypeError(f"step_timeout must be None or a number of seconds, got {type(step_timeout).__name__}")
-    if not step_timeout > 0:
-        raise ValueError(f"step_timeout must be > 0 seconds, got {step_timeout}")
-    return float(step_timeout)
