@@ -104,3 +104,14 @@ def test_backend_names_with_commas_reach_the_measuring_interpreter_whole(monkeyp
     monkeypatch.setattr(train.subprocess, "run", run_here)
     results = train.measure_in_subprocess(0, 1, True, 1, 1, [train.HALVES, train.RESTART])
     assert list(results) == [train.HALVES, train.RESTART]
+
+
+def test_the_release_only_backend_is_fastvec_whose_steps_are_never_parked():
+    released = train.gym_backend(train.RELEASE_ONLY, train.make_cartpole, 2)
+    default = train.gym_backend("FastVectorEnv", train.make_cartpole, 2)
+    try:
+        assert type(released) is type(default)
+        assert default._pool.openmp._park and not released._pool.openmp._park
+    finally:
+        released.close()
+        default.close()

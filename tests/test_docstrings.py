@@ -28,6 +28,7 @@ MODULES = [
     "fastvec.vector._advice",
     "fastvec.vector._backends",
     "fastvec.vector._batch_tree",
+    "fastvec.vector._omp_park",
     "fastvec.vector._openmp",
     "fastvec.vector._restarts",
     "fastvec.vector._worker_faults",

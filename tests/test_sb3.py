@@ -773,6 +773,19 @@ def _cartpole_sb3(backend: str, num_envs: int, wrappers: tuple = ()):
 SB3_ENVS = [*WITH_NATIVE, "FastVecEnv"]
 
 
+@pytest.fixture
+def one_torch_thread():
+    """torch on one thread for the test, then back to what it was (later tests measure the
+    caller's OpenMP threads at torch's default)."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
 @pytest.mark.parametrize("backend", SB3_ENVS)
 def test_ppo_trains_identically_to_dummy_vec_env(backend: str) -> None:
     """Same seed: PPO through the adapter ends with bit-identical weights to PPO on DummyVecEnv."""
@@ -780,7 +793,6 @@ def test_ppo_trains_identically_to_dummy_vec_env(backend: str) -> None:
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
 
-    torch.set_num_threads(1)
     models = []
     for env in (_cartpole_sb3(backend, 8), make_vec_env("CartPole-v1", n_envs=8)):
         model = PPO("MlpPolicy", env, n_steps=32, batch_size=128, n_epochs=2, seed=3, device="cpu")
@@ -812,14 +824,13 @@ class _StopAtReturn(BaseCallback):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("one_torch_thread")
 @pytest.mark.parametrize("backend", SB3_ENVS)
 def test_ppo_rl_zoo_cartpole_solves(backend: str) -> None:
     """SB3 PPO with the rl-zoo CartPole-v1 hyper-parameters reaches mean return >= 475 through the adapter."""
-    import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.evaluation import evaluate_policy
 
-    torch.set_num_threads(1)
     env = _cartpole_sb3(backend, 8)
     model = PPO(
         "MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,

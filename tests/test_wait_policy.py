@@ -5,6 +5,7 @@ spin through that time take the cores the trainer's threads need, and an OpenMP 
 idle threads spinning in the caller take the cores the workers need. These tests measure
 the CPU time of the worker processes and the threads of this process.
 """
+import ctypes
 import os
 import threading
 import time
@@ -19,7 +20,7 @@ from fastvec.vector import _sync
 from fastvec.vector._protocol import Word
 from fastvec.vector._step_server import StepServer
 from fastvec.vector._worker import MAX_SPIN_S, THINK_WINDOW_S
-from fastvec.vector._openmp import OpenMPRelease, loaded_runtimes
+from fastvec.vector._openmp import OpenMPIdleThreads, loaded_runtimes
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads CPU times from /proc")
 
@@ -215,20 +216,27 @@ def test_torch_openmp_runtime_is_found():
 
 @needs_torch_threads
 @pytest.mark.parametrize("release", [True, False])
-def test_idle_openmp_threads_of_the_trainer_are_released_before_a_long_step(release):
-    """After a parallel op, torch's OpenMP pool threads spin for milliseconds. A step hands
-    them back before the workers start (the envs take 1 ms: the spin outlasts the step),
-    unless ``release_openmp_threads=False``."""
+def test_idle_openmp_threads_of_a_trainer_that_seldom_runs_parallel_regions_are_released(release):
+    """After a parallel op, torch's OpenMP pool threads spin for milliseconds. When the
+    trainer runs such an op only now and then, a step hands them back before the workers
+    start (the envs take 1 ms: the spin outlasts the step), unless
+    ``release_openmp_threads=False``. (A trainer that runs one before every step gets its
+    steps parked instead: the next tests.)"""
     _parallel_op()
     if not any("libgomp" in path for path in loaded_runtimes()):
         pytest.skip("torch here does not use GNU OpenMP")
     with FastVectorEnv(_fns(2, step_sleep=1e-3), num_workers=2, release_openmp_threads=release) as env:
         env.reset(seed=0)
         actions = np.zeros(2, dtype=np.int64)
-        env.step(actions)
-        # (an op's pool threads do not spin after every op: the largest of a few tries)
+        for _ in range(8):
+            env.step(actions)
+        # (an op's pool threads do not spin after every op: the largest of a few tries, each
+        # followed by two steps without an op, so that ops stay "now and then")
         spin_without_step = max((_parallel_op(), _openmp_threads_busy(2e-3))[1] for _ in range(4))
-        spin_after_step = max((_parallel_op(), env.step(actions), _openmp_threads_busy(2e-3))[2] for _ in range(4))
+        spin_after_step = max((_parallel_op(), env.step(actions), _openmp_threads_busy(2e-3), env.step(actions),
+                               env.step(actions))[2] for _ in range(4))
+        if release:
+            assert not env._pool.openmp.parking
     if spin_without_step < 0.5e-3:
         pytest.skip(f"torch's OpenMP threads do not spin here after an op ({spin_without_step * 1e3:.2f} ms in 2 ms)")
     if release:
@@ -237,7 +245,177 @@ def test_idle_openmp_threads_of_the_trainer_are_released_before_a_long_step(rele
         assert spin_after_step > 0.5e-3, spin_after_step
 
 
+@needs_torch_threads
+def test_a_parked_step_keeps_the_trainers_openmp_threads_for_its_next_region():
+    """Ending the pool before every step would make the trainer's next parallel region start
+    its threads again; a parked step leaves them in place."""
+    _parallel_op()
+    if not any("libgomp" in path for path in loaded_runtimes()):
+        pytest.skip("torch here does not use GNU OpenMP")
+    with FastVectorEnv(_fns(2), num_workers=2) as env:
+        env.reset(seed=0)
+        actions = np.zeros(2, dtype=np.int64)
+        threads_after = []
+        for _ in range(8):
+            _parallel_op()
+            threads = len(os.listdir("/proc/self/task"))
+            env.step(actions)
+            threads_after.append(len(os.listdir("/proc/self/task")) - threads)
+        assert env._pool.openmp.parking
+    assert threads_after[0] < 0  # (the first steps release: the pool's threads end)
+    assert threads_after[-1] == 0, threads_after
+
+
+def _fake_runtime(pool: list) -> tuple:
+    """An OpenMP runtime stand-in and a _Runtime reading it: its pause takes 50 µs while
+    ``pool[0]`` is true (a pool to end) and returns at once otherwise; its GOMP_parallel runs
+    the region's body on the calling thread alone (thread 0 of a team of one)."""
+    from fastvec.vector._openmp import _Runtime
+
+    def pause(kind):
+        if pool[0]:
+            _compute(50e-6)
+        return 0
+
+    region = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+    def parallel(fn, data, num_threads, flags):
+        region(fn)(data)
+
+    callbacks = (ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(pause),
+                 ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint)(parallel),
+                 ctypes.CFUNCTYPE(ctypes.c_int)(lambda: 0))
+    pause_at, parallel_at, thread_num_at = (ctypes.cast(c, ctypes.c_void_p).value for c in callbacks)
+    return callbacks, _Runtime("fake", pause_at, parallel_at, thread_num_at)
+
+
+def test_steps_are_parked_while_the_trainer_runs_a_parallel_region_before_most_of_them():
+    from fastvec.vector._openmp import RECHECK_EVERY
+
+    pool = [True]
+    keep, runtime = _fake_runtime(pool)
+    for _ in range(3):  # a pool found before three steps in a row
+        runtime.release()
+    assert runtime.hot
+    for _ in range(RECHECK_EVERY - 1):
+        runtime.count_parked_step()
+    assert runtime.hot
+    runtime.count_parked_step()  # time to check again: release the next steps
+    assert not runtime.hot
+    pool[0] = False
+    runtime.release()  # (the pool left by the last parked step does not count)
+    for _ in range(10):
+        runtime.release()
+    assert not runtime.hot
+    for k in range(30):  # a region before one step in three: releasing stays cheaper
+        pool[0] = k % 3 == 0
+        runtime.release()
+        assert not runtime.hot
+
+
+def test_steps_parked_by_the_vector_env_are_counted_towards_the_next_check():
+    from fastvec.vector._openmp import RECHECK_EVERY
+
+    pool = [True]
+    keep, runtime = _fake_runtime(pool)
+    idle = OpenMPIdleThreads()
+    idle.parking  # (looks the real runtimes up once)
+    idle._runtimes = [runtime]
+    for _ in range(3):
+        idle.release()
+    assert idle.parking
+    for k in range(RECHECK_EVERY):
+        assert idle.run_parked(lambda x: x + 1, k) == k + 1
+    assert not idle.parking
+
+
+def test_a_runtime_without_its_region_entry_point_is_never_parked_in():
+    pool = [True]
+    keep, runtime = _fake_runtime(pool)
+    runtime.parallel = 0
+    for _ in range(5):
+        runtime.release()
+    assert not runtime.hot
+
+
+@needs_torch_threads
+def test_a_parked_call_runs_on_the_calling_thread_as_thread_0_of_the_runtimes_team():
+    from fastvec.vector._omp_park import run_parked
+
+    _parallel_op()
+    paths = loaded_runtimes()
+    if not paths:
+        pytest.skip("torch here does not use GNU OpenMP")
+    gomp = ctypes.CDLL(paths[0])
+    address = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
+    seen = run_parked(address(gomp.GOMP_parallel), address(gomp.omp_get_thread_num),
+                      lambda arg: (arg, threading.get_native_id(), gomp.omp_get_thread_num(),
+                                   gomp.omp_get_num_threads(), gomp.omp_in_parallel()), "arg")
+    assert seen == ("arg", threading.get_native_id(), 0, torch.get_num_threads(), 1)
+
+    def fail(arg):
+        raise KeyError(arg)
+
+    with pytest.raises(KeyError, match="raised in the region"):
+        run_parked(address(gomp.GOMP_parallel), address(gomp.omp_get_thread_num), fail, "raised in the region")
+    assert gomp.omp_in_parallel() == 0
+
+
+class FailingCartPole(gym.Wrapper):
+    def __init__(self, fail_at: int):
+        super().__init__(gym.make("CartPole-v1"))
+        self.fail_at, self.steps = fail_at, 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == self.fail_at:
+            raise ValueError("the simulator failed")
+        return self.env.step(action)
+
+
+@needs_torch_threads
+def test_parked_steps_return_what_sync_vector_env_returns():
+    """Parking changes where the trainer's threads wait, never a result: CartPole x4 with a
+    parallel op before each step, against SyncVectorEnv on the same seeds and actions."""
+    _parallel_op()
+    if not any("libgomp" in path for path in loaded_runtimes()):
+        pytest.skip("torch here does not use GNU OpenMP")
+    fns = [lambda: gym.make("CartPole-v1")] * 4
+    rng = np.random.default_rng(0)
+    actions = rng.integers(0, 2, (300, 4))
+    sync = gym.vector.SyncVectorEnv(fns)
+    with FastVectorEnv(fns, num_workers=2) as fast:
+        for a, b in zip(fast.reset(seed=3), sync.reset(seed=3)):
+            np.testing.assert_equal(a, b)
+        parked = 0
+        for step_actions in actions:
+            _parallel_op()
+            parked += fast._pool.openmp.parking
+            for a, b in zip(fast.step(step_actions), sync.step(step_actions)):
+                np.testing.assert_equal(a, b)
+    sync.close()
+    assert parked > 250, parked
+
+
+@needs_torch_threads
+def test_an_env_error_in_a_parked_step_is_raised_as_in_any_step():
+    _parallel_op()
+    if not any("libgomp" in path for path in loaded_runtimes()):
+        pytest.skip("torch here does not use GNU OpenMP")
+    env = FastVectorEnv([lambda: FailingCartPole(fail_at=10**6), lambda: FailingCartPole(fail_at=20)], num_workers=2)
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="the simulator failed") as error:
+        for _ in range(30):
+            _parallel_op()
+            parking = env._pool.openmp.parking
+            env.step(np.zeros(2, dtype=np.int64))
+    assert parking
+    assert error.value.env_index == 1
+    assert env.closed
+
+
 def test_release_is_harmless_without_openmp_work():
-    release = OpenMPRelease()
-    release()
-    release()
+    idle = OpenMPIdleThreads()
+    idle.release()
+    idle.release()
+    assert not idle.parking

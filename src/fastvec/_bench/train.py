@@ -62,6 +62,10 @@ GYM_BACKENDS = ("SyncVectorEnv", "AsyncVectorEnv", "FastVectorEnv")
 HALVES = "FastVectorEnv, halves"
 #: FastVectorEnv(env_failure="restart") with no failure: what keeping a run alive costs
 RESTART = "FastVectorEnv, restart"
+#: FastVectorEnv (FastVecEnv in the SB3 loops) whose steps are never parked in the caller's
+#: OpenMP region, its idle threads handed back before every step instead: what parking buys.
+#: Not in the default table; name it in the backends of ``python -m fastvec._bench.train``.
+RELEASE_ONLY = "FastVectorEnv, release only"
 SB3_BACKENDS = ("DummyVecEnv", "SubprocVecEnv", "FastVecEnv")
 BOUND = "env-free bound"
 
@@ -109,7 +113,17 @@ def gym_backend(name: str, make: Callable[[], gym.Env], num_envs: int):
         return FastVectorEnv(fns, autoreset_mode=mode, num_workers=2, batch_size=num_envs // 2)
     if name == RESTART:
         return FastVectorEnv(fns, autoreset_mode=mode, env_failure="restart")
-    raise ValueError(f"unknown backend {name!r}; expected one of {GYM_BACKENDS + (HALVES, RESTART)}")
+    if name == RELEASE_ONLY:
+        return _release_only(FastVectorEnv(fns, autoreset_mode=mode))
+    raise ValueError(f"unknown backend {name!r}; expected one of {GYM_BACKENDS + (HALVES, RESTART, RELEASE_ONLY)}")
+
+
+def _release_only(envs: FastVectorEnv) -> FastVectorEnv:
+    """``envs`` with its steps never parked (see :data:`RELEASE_ONLY`)."""
+    from fastvec.vector._openmp import OpenMPIdleThreads
+
+    envs._pool.openmp = OpenMPIdleThreads(park=False)
+    return envs
 
 
 class TimedVectorEnv(gym.vector.VectorWrapper):
@@ -384,14 +398,18 @@ def sb3_vec_env(name: str, env_id: str, num_envs: int):
     from fastvec._bench.envs import make_mujoco
     from fastvec.integrations.sb3 import FastVecEnv
 
-    classes = {"DummyVecEnv": DummyVecEnv, "SubprocVecEnv": SubprocVecEnv, "FastVecEnv": FastVecEnv}
+    classes = {"DummyVecEnv": DummyVecEnv, "SubprocVecEnv": SubprocVecEnv, "FastVecEnv": FastVecEnv,
+               RELEASE_ONLY: FastVecEnv}
     if name not in classes:
-        raise ValueError(f"unknown backend {name!r}; expected one of {SB3_BACKENDS}")
+        raise ValueError(f"unknown backend {name!r}; expected one of {SB3_BACKENDS + (RELEASE_ONLY,)}")
     kwargs = {}
     if name == "SubprocVecEnv" and "fork" in multiprocessing.get_all_start_methods():
         kwargs = {"start_method": "fork"}  # (SB3's default, forkserver, re-imports torch in each)
     make = functools.partial(make_mujoco, env_id) if env_id.startswith("HalfCheetah") else env_id
-    return make_vec_env(make, num_envs, seed=0, vec_env_cls=classes[name], vec_env_kwargs=kwargs)
+    venv = make_vec_env(make, num_envs, seed=0, vec_env_cls=classes[name], vec_env_kwargs=kwargs)
+    if name == RELEASE_ONLY:
+        _release_only(venv.vector_env)
+    return venv
 
 
 def _sb3_loop(venv, env_id: str, n_steps: int):

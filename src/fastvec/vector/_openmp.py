@@ -1,4 +1,5 @@
-"""Caller side: the calling process's OpenMP runtimes, and releasing their idle threads while a step waits.
+"""Caller side: the calling process's OpenMP runtimes, and keeping their idle threads off the
+workers' cores while a step waits.
 
 An OpenMP runtime keeps the threads of its pool busy-waiting for a while after each
 parallel region, in case another comes soon: GNU libgomp (the runtime of PyTorch's Linux
@@ -8,26 +9,45 @@ convolution or an update runs on every core, and its idle thread then spins for
 milliseconds on a core, while the vector step the trainer waits for needs every core for
 the workers (measurements: ``docs/benchmarks.md``, the ``train`` section).
 
-OpenMP 5.0's ``omp_pause_resource_all(omp_pause_soft)`` hands those threads back. In
-libgomp it ends the pool of the calling thread only, at once when its threads are idle,
-and the next parallel region starts them again (tens of microseconds). It changes no
-setting: the number of threads and the wait policy stay what the user chose.
-:class:`OpenMPRelease` calls it for every libgomp loaded in the process, at most once per
-wait, while the workers step. LLVM's and Intel's runtimes (``libomp``, ``libiomp5``) are
-left alone: their pause is process-wide and waits for threads busy elsewhere, so a
-trainer with other threads in a parallel region could stall in it; there, the fix is
-the user's ``KMP_BLOCKTIME=0``.
+:class:`OpenMPIdleThreads` does one of two things for each libgomp loaded in the process,
+chosen by measuring what the trainer does between steps. Neither changes a setting: the
+number of threads and the wait policy stay what the user chose.
+
+- **Release.** OpenMP 5.0's ``omp_pause_resource_all(omp_pause_soft)`` ends the calling
+  thread's pool, at once when its threads are idle; the next parallel region starts them
+  again. Cheap when the trainer seldom runs a parallel region between steps (about a
+  microsecond when there is no pool); when it runs one before every step, the pause (about
+  30 µs) and the new threads of its next region (over 100 µs on a VM) cost more than a
+  cheap env's step.
+- **Park.** The step itself runs as the body of a parallel region of the runtime
+  (``fv_omp_park.h``): the region's other threads yield their cores until the step is
+  done, so the workers get the cores at once, and the trainer's next region finds its
+  threads awake. Used for a runtime while the release finds a pool to end before most
+  steps (the trainer runs a region between every two steps), and re-checked every
+  :data:`RECHECK_EVERY` parked steps by releasing again.
+
+LLVM's and Intel's runtimes (``libomp``, ``libiomp5``) are left alone: their pause is
+process-wide and waits for threads busy elsewhere, so a trainer with other threads in a
+parallel region could stall in it; there, the fix is the user's ``KMP_BLOCKTIME=0``.
 """
 from __future__ import annotations
 
 import ctypes
+import functools
 import sys
+from typing import Any, Callable
 
-__all__ = ["OpenMPRelease", "loaded_runtimes", "LLVM_RUNTIME_NAMES"]
+from fastvec.vector._omp_park import run_parked, timed_pause
+
+__all__ = ["OpenMPIdleThreads", "loaded_runtimes", "LLVM_RUNTIME_NAMES"]
 
 # omp_pause_resource_t's value for a soft pause (OpenMP 5.0 §3.2.43): idle threads go,
 # state that a later parallel region needs (thread-private data aside) is kept.
 OMP_PAUSE_SOFT = 1
+# A pause that takes this long ended a pool (about 30 µs measured; about 1 µs with none).
+POOL_FOUND_S = 10e-6
+# Parked steps between two checks (by releasing) that the trainer still runs a region each step.
+RECHECK_EVERY = 256
 # GNU libgomp's file name as it appears in a process's memory map, vendored copies
 # included (torch/lib/libgomp.so.1, fastvec.libs/libgomp-a34b3233.so.1.0.0).
 _RUNTIME_NAME = "libgomp"
@@ -59,38 +79,129 @@ def loaded_runtimes(names: tuple[str, ...] = (_RUNTIME_NAME,)) -> list[str]:
     return paths
 
 
-class OpenMPRelease:
-    """Releases the idle threads of the process's GNU OpenMP runtimes (see the module docstring).
+class OpenMPIdleThreads:
+    """Keeps the idle threads of the process's GNU OpenMP runtimes off the workers' cores while
+    a step waits: released before the step, or parked in it (see the module docstring).
 
     The runtimes are looked up at construction and again whenever the number of imported
-    modules has changed since (torch imported after the vector env was made); calling the
-    instance then costs a comparison when nothing is loaded, and one C call per runtime
-    (about a microsecond when its pool is already released) otherwise.
+    modules has changed since (torch imported after the vector env was made).
+
+    Args:
+        park: whether lockstep steps may run parked (False: always release; a caller that
+            steps envs itself, or forks workers inside a step, must not run them inside a
+            parallel region).
 
     Example:
-        >>> release = OpenMPRelease()
-        >>> release()  # no OpenMP work was done: nothing to hand back
+        >>> idle = OpenMPIdleThreads()
+        >>> idle.release()  # no OpenMP work was done: nothing to hand back
+        >>> idle.parking
+        False
+        >>> idle.run_parked(sum, [1, 2])
+        3
     """
 
-    def __init__(self) -> None:
-        self._pauses: list = []
+    def __init__(self, park: bool = True) -> None:
+        self._park = park
+        self._runtimes: list[_Runtime] = []
         self._modules_seen = -1
+        self._parked: list[_Runtime] = []  # the runtimes the step under way runs parked in
 
     def _look_up(self) -> None:
         self._modules_seen = len(sys.modules)
-        pauses = []
+        known = {r.path: r for r in self._runtimes}
+        runtimes = []
         for path in loaded_runtimes():
-            try:
-                pause = ctypes.CDLL(path).omp_pause_resource_all
-            except (OSError, AttributeError):  # an old runtime without OpenMP 5.0's pause
-                continue
-            pause.argtypes = [ctypes.c_int]
-            pause.restype = ctypes.c_int
-            pauses.append(pause)
-        self._pauses = pauses
+            runtime = known.get(path) or _Runtime.load(path, self._park)
+            if runtime is not None:
+                runtimes.append(runtime)
+        self._runtimes = runtimes
 
-    def __call__(self) -> None:
+    @property
+    def parking(self) -> bool:
+        """Whether the next lockstep step should run through :meth:`run_parked`."""
         if len(sys.modules) != self._modules_seen:
             self._look_up()
-        for pause in self._pauses:
-            pause(OMP_PAUSE_SOFT)
+        return any(r.hot for r in self._runtimes)
+
+    def release(self) -> None:
+        """Hand back the idle threads of every runtime the step under way is not parked in,
+        noting for each whether it had a pool to end (a parallel region ran since the last
+        release)."""
+        if len(sys.modules) != self._modules_seen:
+            self._look_up()
+        for runtime in self._runtimes:
+            if runtime not in self._parked:
+                runtime.release()
+
+    def no_region(self) -> None:
+        """The caller came back too soon after the last step to have run a parallel region
+        (a tight stepping loop): no release is needed, and it counts as a step without one."""
+        for runtime in self._runtimes:
+            if runtime not in self._parked:
+                runtime.note(found=False)
+
+    def run_parked(self, fn: Callable[[Any], Any], arg: Any) -> Any:
+        """``fn(arg)`` inside a parallel region of each runtime that should be parked (nested,
+        one per runtime), their other threads yielding their cores until it returns."""
+        parked = [r for r in self._runtimes if r.hot]
+        self._parked = parked
+        try:
+            call = fn
+            for runtime in parked:
+                call = functools.partial(run_parked, runtime.parallel, runtime.thread_num, call)
+            return call(arg)
+        finally:
+            self._parked = []
+            for runtime in parked:
+                runtime.count_parked_step()
+
+
+class _Runtime:
+    """One loaded libgomp: its pause and region entry points, and whether steps park in it."""
+
+    def __init__(self, path: str, pause: int, parallel: int, thread_num: int) -> None:
+        self.path = path
+        self._pause = pause  # the address of omp_pause_resource_all
+        self.parallel = parallel  # the address of GOMP_parallel (0: parking not possible)
+        self.thread_num = thread_num  # the address of omp_get_thread_num
+        self.hot = False  # park steps in this runtime
+        self._found = 0.0  # running share of releases that found a pool to end
+        self._parked_steps = 0
+        self._skip_next = False
+
+    @classmethod
+    def load(cls, path: str, park: bool) -> "_Runtime | None":
+        try:
+            lib = ctypes.CDLL(path)
+            pause = _address(lib, "omp_pause_resource_all")
+        except (OSError, AttributeError):  # an old runtime without OpenMP 5.0's pause
+            return None
+        parallel = thread_num = 0
+        if park:
+            try:
+                parallel, thread_num = _address(lib, "GOMP_parallel"), _address(lib, "omp_get_thread_num")
+            except AttributeError:  # (a GCC older than 4.9's runtime)
+                parallel = thread_num = 0
+        return cls(path, pause, parallel, thread_num)
+
+    def release(self) -> None:
+        self.note(found=timed_pause(self._pause, OMP_PAUSE_SOFT) >= POOL_FOUND_S)
+
+    def note(self, found: bool) -> None:
+        """Count one step before which the trainer did (``found``) or did not run a region."""
+        if self._skip_next:  # (the pool of the last parked step: says nothing of the trainer)
+            self._skip_next = False
+            return
+        self._found += 0.25 * (float(found) - self._found)
+        if self.parallel and self.thread_num and self._found > 0.5:
+            self.hot, self._parked_steps = True, 0
+
+    def count_parked_step(self) -> None:
+        self._parked_steps += 1
+        if self._parked_steps >= RECHECK_EVERY:
+            self.hot, self._found, self._skip_next = False, 0.0, True
+
+
+def _address(lib: ctypes.CDLL, name: str) -> int:
+    """The address of ``lib``'s function ``name`` (AttributeError if it has none)."""
+    return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value or 0

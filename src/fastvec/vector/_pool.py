@@ -24,7 +24,7 @@ from fastvec.spaces import Layout
 from fastvec.vector import _protocol, _sync
 from fastvec.vector._advice import warn_slow_settings_once
 from fastvec.vector._caller_share import CallerShare
-from fastvec.vector._openmp import OpenMPRelease
+from fastvec.vector._openmp import OpenMPIdleThreads
 from fastvec.vector._protocol import LIVENESS_INTERVAL, QUIET_BITS, Word
 from fastvec.vector._protocol import STATUS_CALL_ERROR as _CALL_ERROR
 from fastvec.vector._protocol import STATUS_INFOS as _INFOS
@@ -94,7 +94,12 @@ class WorkerPool:
         self._attach_message: tuple | None = None  # what a restarted worker is sent to map the block
         self._parent_spin_s = parent_spin_s
         self._wait_mean = parent_spin_s  # how long commands took, a running mean (see _wait_until_done)
-        self._release_openmp = OpenMPRelease() if release_openmp_threads else None
+        #: the caller's idle OpenMP threads, kept off the workers' cores during a step (None:
+        #: left alone). Steps are never parked in a parallel region when the caller steps a
+        #: share itself (its envs' own OpenMP regions would be nested, run on one thread) or
+        #: may fork a replacement worker inside a step (the child would start inside a region).
+        self.openmp = (OpenMPIdleThreads(park=not step_in_caller and env_failure != "restart")
+                       if release_openmp_threads else None)
         # Checked for settings bound to be slow once the caller is first seen busy (_advice)
         self._settings = {"pin_workers": pin_workers, "release_openmp_threads": release_openmp_threads}
         # The caller's time between a step's results and its next step while it keeps more
@@ -303,8 +308,9 @@ class WorkerPool:
         """A step's commands are about to go out at ``now``. Publish how long the caller spends
         between steps keeping more than one core busy, so that workers waiting for the next
         step spin only while that is short (StepServer.serve); then hand back the idle
-        threads of the caller's OpenMP runtimes (:mod:`fastvec.vector._openmp`), which
-        would otherwise spin on the cores the workers are about to need.
+        threads of the caller's OpenMP runtimes that the step is not parked in
+        (:mod:`fastvec.vector._openmp`), which would otherwise spin on the cores the workers
+        are about to need.
 
         Only time on more than ~1.5 cores counts: a caller computing on one thread (a small
         policy's forward pass) leaves a core free, and a worker spinning there costs it
@@ -323,8 +329,11 @@ class WorkerPool:
             if self._settings is not None and self._think_mean >= THINK_WINDOW_S:
                 warn_slow_settings_once(**self._settings)
                 self._settings = None
-        if self._release_openmp is not None and (wall is None or wall >= MIN_THINK_FOR_RELEASE_S):
-            self._release_openmp()
+        if self.openmp is not None:
+            if wall is None or wall >= MIN_THINK_FOR_RELEASE_S:
+                self.openmp.release()
+            else:
+                self.openmp.no_region()
 
     def tail_spin_s(self) -> float:
         """How long the caller spins for the last workers once a core has come free (the

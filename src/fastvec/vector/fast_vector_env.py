@@ -120,12 +120,16 @@ class FastVectorEnv(WorkerVectorEnv):
             pins, ``True`` always does (and warns once when the caller is first seen keeping
             more than one core busy between steps, as for the other settings bound to be
             slow there: ``docs/vector.md``).
-        release_openmp_threads: before each step, hand back the idle threads of the
-            calling process's GNU OpenMP runtimes (torch's on Linux) with OpenMP 5's
-            ``omp_pause_resource_all``. They otherwise spin for milliseconds after each
-            parallel region, on the cores the workers need for the step; the next
-            parallel region starts them again (tens of microseconds). No setting of
-            yours changes. Default ``True``; ``False`` leaves them alone.
+        release_openmp_threads: keep the idle threads of the calling process's GNU OpenMP
+            runtimes (torch's on Linux) off the workers' cores during each step. They
+            otherwise spin for milliseconds after each parallel region, on the cores the
+            workers need. While the caller runs a parallel region before most steps (a
+            policy on torch's default threads), ``step`` runs inside a parallel region of
+            that runtime whose other threads yield their cores until the step is done, so
+            they are awake for the trainer's next region; otherwise they are handed back
+            before the step with OpenMP 5's ``omp_pause_resource_all``, and the next region
+            starts them again. No setting of yours changes. Default ``True``; ``False``
+            leaves them alone.
         env_failure: what a failure during a step does. ``"raise"`` (default): the env's
             exception (or :class:`~fastvec.errors.WorkerDiedError`) is raised and the vector
             env closes. ``"restart"``: an env whose ``step`` (or the autoreset inside one)
@@ -344,8 +348,13 @@ class FastVectorEnv(WorkerVectorEnv):
             # The compiled common case. While the step is out the state is step_async's, so
             # that an interrupted wait can be finished by step_wait, as in the general path.
             self._state, self._pending = _WAITING_STEP, self._pool.remote_mask
+            openmp = self._pool.openmp
             try:
-                done = driver.step(actions)
+                if openmp is not None and openmp.parking:
+                    # (the trainer's idle OpenMP threads yield to the workers inside the step)
+                    done = openmp.run_parked(driver.step, actions)
+                else:
+                    done = driver.step(actions)
             finally:
                 if not driver.pending:  # (nothing was sent, or the wait is over)
                     self._state = _DEFAULT

@@ -1,0 +1,71 @@
+"""Caller side: run a callable inside a parallel region of a GNU OpenMP runtime whose other
+threads yield their cores until it returns, and time a runtime's pause (``fv_omp_park.h``;
+used by :mod:`fastvec.vector._openmp`). The runtime's entry points come as addresses
+(``ctypes.cast(lib.GOMP_parallel, ctypes.c_void_p).value``)."""
+from libc.stdint cimport uintptr_t
+
+cdef extern from "fv_omp_park.h" nogil:
+    ctypedef void (*fv_omp_region_fn)(void *)
+    ctypedef void (*fv_gomp_parallel_fn)(fv_omp_region_fn, void *, unsigned, unsigned)
+    ctypedef int (*fv_omp_thread_num_fn)()
+    ctypedef int (*fv_omp_pause_fn)(int)
+    double fv_omp_timed_pause(fv_omp_pause_fn pause, int kind)
+    void fv_omp_run_parked(fv_gomp_parallel_fn parallel, fv_omp_thread_num_fn thread_num,
+                           fv_omp_region_fn body, void *body_arg)
+
+
+cdef void _call(void *box) noexcept with gil:
+    # box: [fn, arg, result (OUT), exception (OUT)]; the exception goes back to the caller
+    # after the region, once every thread of the team has left it.
+    cdef list call = <list>box
+    try:
+        call[2] = call[0](call[1])
+    except BaseException as error:
+        call[3] = error
+
+
+def run_parked(uintptr_t gomp_parallel, uintptr_t omp_get_thread_num, object fn, object arg):
+    """``fn(arg)`` on this thread, inside a parallel region of the OpenMP runtime whose
+    ``GOMP_parallel`` and ``omp_get_thread_num`` are at these addresses (the runtime's default
+    number of threads); the region's other threads yield their cores until ``fn`` returns.
+    Returns what ``fn`` returns, and raises what it raises.
+
+    Example:
+        >>> import ctypes
+        >>> from fastvec.vector._openmp import loaded_runtimes
+        >>> gomp = ctypes.CDLL(loaded_runtimes()[0]) if loaded_runtimes() else None
+        >>> def address(f): return ctypes.cast(f, ctypes.c_void_p).value
+        >>> gomp is None or run_parked(address(gomp.GOMP_parallel), address(gomp.omp_get_thread_num), abs, -3) == 3
+        True
+    """
+    if gomp_parallel == 0 or omp_get_thread_num == 0:
+        raise ValueError(f"run_parked needs the runtime's GOMP_parallel and omp_get_thread_num; got the "
+                         f"addresses {gomp_parallel:#x} and {omp_get_thread_num:#x}")
+    cdef list call = [fn, arg, None, None]
+    with nogil:
+        fv_omp_run_parked(<fv_gomp_parallel_fn>gomp_parallel, <fv_omp_thread_num_fn>omp_get_thread_num,
+                          _call, <void *>call)
+    if call[3] is not None:
+        error = call[3]
+        call[3] = None
+        raise error
+    return call[2]
+
+
+def timed_pause(uintptr_t omp_pause_resource_all, int kind):
+    """Call the runtime's ``omp_pause_resource_all(kind)`` (at this address) without the GIL;
+    return how long the call alone took, in seconds.
+
+    Example:
+        >>> import ctypes
+        >>> from fastvec.vector._openmp import loaded_runtimes, OMP_PAUSE_SOFT
+        >>> gomp = ctypes.CDLL(loaded_runtimes()[0]) if loaded_runtimes() else None
+        >>> gomp is None or timed_pause(ctypes.cast(gomp.omp_pause_resource_all, ctypes.c_void_p).value, OMP_PAUSE_SOFT) >= 0
+        True
+    """
+    if omp_pause_resource_all == 0:
+        raise ValueError("timed_pause needs the address of the runtime's omp_pause_resource_all; got 0")
+    cdef double seconds
+    with nogil:
+        seconds = fv_omp_timed_pause(<fv_omp_pause_fn>omp_pause_resource_all, kind)
+    return seconds
