@@ -469,3 +469,38 @@ def test_an_env_whose_reset_raises_is_rebuilt_and_reset_with_its_derived_seed(tm
     got, want = env.step(actions), ref.step(actions)
     assert_same(want[0][kept], got[0][kept], "step after the reset")
     ref.close()
+
+
+@pytest.mark.parametrize("autoreset_mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_a_worker_that_dies_during_a_reset_is_started_again_and_its_envs_reset(tmp_path, workers_seen,
+                                                                                autoreset_mode):
+    """Env 5's first reset ends its worker's process: the worker is started again, its envs
+    built anew and reset with the seeds drawn from the ones they were given, and the reset
+    returns with every other env's first observation as SyncVectorEnv's."""
+    envs, pids = workers_seen
+    marker = str(tmp_path / "failed")
+    env = FastVectorEnv([(lambda k=k: FlakyEnv(marker=marker, reset_fails=k == FAILING, reset_how="exit"))
+                         for k in range(NUM_ENVS)], num_workers=2, env_failure="restart",
+                        autoreset_mode=autoreset_mode)
+    envs.append(env)
+    pids.update(p.pid for p in env.processes)
+    ref = SyncVectorEnv([lambda: FlakyEnv() for _ in range(NUM_ENVS)], autoreset_mode=autoreset_mode)
+    want, _ = ref.reset(seed=SEED)
+    obs, infos = env.reset(seed=SEED)
+    pids.update(p.pid for p in env.processes)
+    kept = list(range(4))
+    np.testing.assert_array_equal(obs[kept], want[kept])
+    for e in WORKER_1:
+        fresh, _ = FlakyEnv().reset(seed=_derived_seed(e, 1))
+        np.testing.assert_array_equal(obs[e], fresh)
+    assert np.flatnonzero(infos["env_restarted"]).tolist() == WORKER_1
+    assert "exited with code 4" in infos["env_error"][FAILING]
+    assert env.restarts.tolist() == [int(e in WORKER_1) for e in range(NUM_ENVS)]
+    rng = np.random.default_rng(1)
+    for t in range(40):  # (past the end of the first episodes: autoresets in both)
+        actions = rng.integers(0, 2, NUM_ENVS)
+        got, want = env.step(actions), ref.step(actions)
+        assert_same(want[0][kept], got[0][kept], f"step {t} after the reset")
+        np.testing.assert_array_equal(got[3], want[3])  # (the rebuilt envs' episodes began with the others')
+    assert env.restarts.tolist() == [int(e in WORKER_1) for e in range(NUM_ENVS)]
+    ref.close()

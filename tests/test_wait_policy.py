@@ -419,3 +419,28 @@ def test_release_is_harmless_without_openmp_work():
     idle.release()
     idle.release()
     assert not idle.parking
+
+
+@needs_torch_threads
+def test_a_worker_restarted_during_a_parked_step_steps_on(tmp_path):
+    """With env_failure="restart" a worker whose process ends in a parked step is replaced
+    from inside the trainer's region, and the vector env steps on, still parked."""
+    from toy_envs import FlakyEnv
+
+    _parallel_op()
+    if not any("libgomp" in path for path in loaded_runtimes()):
+        pytest.skip("torch here does not use GNU OpenMP")
+    marker = str(tmp_path / "failed")
+    fns = [(lambda k=k: FlakyEnv(12 if k == 3 else None, "exit", marker)) for k in range(4)]
+    with FastVectorEnv(fns, num_workers=2, env_failure="restart") as env:
+        env.reset(seed=0)
+        parked_at_failure = None
+        for t in range(1, 25):
+            _parallel_op()
+            parking = env._pool.openmp.parking
+            _, _, _, truncations, infos = env.step(np.zeros(4, dtype=np.int64))
+            if t == 12:
+                parked_at_failure = parking
+                assert np.flatnonzero(infos["env_restarted"]).tolist() == [2, 3] and truncations[2:].all()
+        assert parked_at_failure and env._pool.openmp.parking
+        assert env.restarts.tolist() == [0, 0, 1, 1]

@@ -160,19 +160,20 @@ class FlakyEnv(gym.Env):
     same ``marker`` file) to get there does, by ``how``: "raise", "exit" (``os._exit``),
     "segv" (reads address 0), "hang" (sleeps for an hour). ``marker=None``: every instance
     fails there. ``build_fails``: the constructor raises once the marker exists (a rebuild
-    that fails). ``reset_fails``: the first instance to reset raises there instead (once, by
-    the marker)."""
+    that fails). ``reset_fails``: the first instance to reset fails there instead (once, by
+    the marker), by ``reset_how``: "raise" or "exit" (``os._exit(4)``)."""
 
     observation_space = spaces.Box(-1, 1, (3,), np.float32)
     action_space = spaces.Discrete(2)
 
-    def __init__(self, fail_at=None, how="raise", marker=None, build_fails=False, episode=30, reset_fails=False):
+    def __init__(self, fail_at=None, how="raise", marker=None, build_fails=False, episode=30, reset_fails=False,
+                 reset_how="raise"):
         import os
 
         if build_fails and marker is not None and os.path.exists(marker):
             raise RuntimeError("cannot build the env again")
         self.fail_at, self.how, self.marker, self.episode = fail_at, how, marker, episode
-        self.reset_fails = reset_fails
+        self.reset_fails, self.reset_how = reset_fails, reset_how
         self.t = 0
 
     def reset(self, *, seed=None, options=None):
@@ -180,6 +181,8 @@ class FlakyEnv(gym.Env):
 
         if self.reset_fails and not os.path.exists(self.marker):
             open(self.marker, "w").close()
+            if self.reset_how == "exit":
+                os._exit(4)
             raise ValueError("boom in reset")
         super().reset(seed=seed)
         self.t = 0

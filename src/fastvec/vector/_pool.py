@@ -91,15 +91,16 @@ class WorkerPool:
         self._step_sent = 0.0  # when the last step went out (all its workers: step_timeout)
         self._sent_at = np.zeros(num_workers)  # when each worker's last step went out (send/recv)
         self._in_step = False  # the command out is a step (a worker failing it can be restarted)
+        #: with env_failure="restart": the reset out, by worker (its payload), so that a worker
+        #: whose process ends during it can be started again and sent it again
+        self._resets_out: dict[int, tuple] = {}
         self._attach_message: tuple | None = None  # what a restarted worker is sent to map the block
         self._parent_spin_s = parent_spin_s
         self._wait_mean = parent_spin_s  # how long commands took, a running mean (see _wait_until_done)
         #: the caller's idle OpenMP threads, kept off the workers' cores during a step (None:
         #: left alone). Steps are never parked in a parallel region when the caller steps a
-        #: share itself (its envs' own OpenMP regions would be nested, run on one thread) or
-        #: may fork a replacement worker inside a step (the child would start inside a region).
-        self.openmp = (OpenMPIdleThreads(park=not step_in_caller and env_failure != "restart")
-                       if release_openmp_threads else None)
+        #: share itself: its envs' own OpenMP regions would be nested, run on one thread.
+        self.openmp = OpenMPIdleThreads(park=not step_in_caller) if release_openmp_threads else None
         # Checked for settings bound to be slow once the caller is first seen busy (_advice)
         self._settings = {"pin_workers": pin_workers, "release_openmp_threads": release_openmp_threads}
         # The caller's time between a step's results and its next step while it keeps more
@@ -211,6 +212,10 @@ class WorkerPool:
         worker = self.workers[w]
         worker.forget()
         self._in_step = False
+        if name == "reset" and self.restarts is not None:
+            self._resets_out[w] = payload
+        else:
+            self._resets_out.clear()
         worker.dispatch(name, payload)
 
     def forget_abandoned(self, workers) -> None:
@@ -318,6 +323,7 @@ class WorkerPool:
         OpenMP thread that has to share a core with a stepping worker can take milliseconds
         to leave, and the caller waits for it (``docs/vector.md``)."""
         self._in_step = True
+        self._resets_out.clear()
         self._step_sent = now
         wall = None if self._last_done is None else now - self._last_done
         if wall is not None:
@@ -501,20 +507,23 @@ class WorkerPool:
 
     def check_alive(self, w: int, wait: float = 0.0, restart: bool = True) -> None:
         """Raise WorkerDiedError (closing the pool) if worker ``w``'s process has ended (with
-        ``env_failure="restart"``, during a step, start it again instead; with ``restart=False``
-        raise then without closing the pool, for the caller to restart it)."""
+        ``env_failure="restart"``, during a step or a reset, start it again instead; with
+        ``restart=False`` raise then without closing the pool, for the caller to restart it)."""
         worker = self.workers[w]
         if not isinstance(worker, RemoteWorker):  # (the caller's own share)
             return
         code = worker.exitcode(wait)
         if code is None:
             return
-        if self._in_step and self.restarts is not None:
+        if self.restarts is not None and (self._in_step or w in self._resets_out):
             died = worker_died(w, self.env_range(w), code, closed=False)
             if not restart:
                 raise died
             if self._restartable():
-                self.restart_worker(w, str(died), "")
+                if self._in_step:
+                    self.restart_worker(w, str(died), "")
+                else:
+                    self._restart_worker_in_reset(w, str(died))
                 return
         self.shutdown(terminate=True)
         raise worker_died(w, self.env_range(w), code)
@@ -552,11 +561,11 @@ class WorkerPool:
 
     # -- restarts (env_failure="restart") ----------------------------------------------------
     def _restartable(self) -> bool:
-        """Whether a worker failing now is started again: a step is out, the vector env
+        """Whether a worker failing now is started again: a step or a reset is out, the vector env
         restarts failed workers, and its budget is not spent (else the failure raises, and
         says how many restarts came before)."""
         restarts = self.restarts
-        if restarts is None or not self._in_step:
+        if restarts is None or not (self._in_step or self._resets_out):
             return False
         if _sync.take_restart(self.ctrl):
             return True
@@ -580,28 +589,9 @@ class WorkerPool:
         them (a pipe reply is kept in the worker's ``received`` for :meth:`read_statuses`).
         Raises, closing the pool, if the new process fails to start (a constructor that now
         fails would fail again) or that reset fails."""
-        old = self.workers[w]
         envs = list(range(self.starts[w], self.stops[w]))
-        self.restarts.record(envs, error, trace)
-        old.forget()
-        end_workers([old], [], [], timeout=0.0)
-        self.ctrl[w, :] = 0  # (no command out: the row as a new worker expects it)
-        ctx, daemon, spin_s, cpus, follow_caller = self._process_args
-        with clear_mpi_env_vars():
-            new = RemoteWorker(ctx, w, self.starts[w], self._env_fns[self.starts[w]:self.stops[w]], daemon=daemon,
-                               autoreset_mode=self._autoreset_mode, spin_s=spin_s, cpu=cpus[w],
-                               follow_caller=follow_caller, restart=self._restart_state(w, rebuilt=True))
-        self._remote[self._remote.index(old)] = new
-        self.workers[w] = new
         self._in_step = False  # (a failure from here on is the new worker's start: it raises)
-        for message in (None, self._attach_message):
-            if message is not None:
-                _protocol.send(new.pipe, message)
-                self._buffers[0].send(new.pipe, new.pid)
-            reply = self.recv(w)
-            if reply[0] == "error":
-                self.raise_remote(w, reply)
-        new.ctrl = self.ctrl
+        new = self._replace_process(w, envs, error, trace)
         block = self._buffers[0]
         rows = slice(self.starts[w], self.stops[w])
         if self._autoreset_mode is AutoresetMode.SAME_STEP:
@@ -621,6 +611,45 @@ class WorkerPool:
         block["rewards"][rows] = 0.0
         block["terminations"][rows] = False
         block["truncations"][rows] = True
+
+    def _restart_worker_in_reset(self, w: int, error: str) -> None:
+        """Replace worker ``w``, whose process ended during a reset (see :meth:`restart_worker`),
+        and send the new one that reset again: all its envs, each with the seed drawn from the
+        one the reset gave it (the caller's :class:`~fastvec.vector._restarts.Restarts` marks
+        them in the reset's infos). The wait for the reset goes on with the new process."""
+        envs = list(range(self.starts[w], self.stops[w]))
+        _, options, _ = self._resets_out.pop(w)
+        new = self._replace_process(w, envs, error, "")
+        new.dispatch("reset", ([None] * len(envs), options, None))  # (None: each env's derived seed)
+        self._resets_out[w] = ([None] * len(envs), options, None)
+
+    def _replace_process(self, w: int, envs: list[int], error: str, trace: str) -> RemoteWorker:
+        """Record the failure of worker ``w`` (envs ``envs``), end its process and start a new
+        one that builds the envs again (their next resets seeded from their derived seeds) and
+        maps the shared block. Raises, closing the pool, if the new process fails to start."""
+        old = self.workers[w]
+        self.restarts.record(envs, error, trace)
+        old.forget()
+        end_workers([old], [], [], timeout=0.0)
+        self.ctrl[w, :] = 0  # (no command out: the row as a new worker expects it)
+        ctx, daemon, spin_s, cpus, follow_caller = self._process_args
+        with clear_mpi_env_vars():
+            new = RemoteWorker(ctx, w, self.starts[w], self._env_fns[self.starts[w]:self.stops[w]], daemon=daemon,
+                               autoreset_mode=self._autoreset_mode, spin_s=spin_s, cpu=cpus[w],
+                               follow_caller=follow_caller, restart=self._restart_state(w, rebuilt=True))
+        self._remote[self._remote.index(old)] = new
+        self.workers[w] = new
+        resets_out, self._resets_out = self._resets_out, {}  # (a failure to start raises)
+        for message in (None, self._attach_message):
+            if message is not None:
+                _protocol.send(new.pipe, message)
+                self._buffers[0].send(new.pipe, new.pid)
+            reply = self.recv(w)
+            if reply[0] == "error":
+                self.raise_remote(w, reply)
+        self._resets_out = resets_out
+        new.ctrl = self.ctrl
+        return new
 
     def raise_remote(self, w: int, report: tuple, close: bool = True) -> None:
         """Re-raise a worker's exception in the caller (closing the pool first, unless ``close=False``)."""

@@ -143,9 +143,9 @@ class FastVectorEnv(WorkerVectorEnv):
             count) or at once its first one from that reset (SAME_STEP: the last one in
             ``final_obs``, the restart infos in ``final_info`` too). An env whose
             ``reset`` raises is built again and reset with the seed drawn from the one it
-            was given (``infos["env_restarted"]`` in the reset's infos). A failure during
-            ``call``/``set_attr``, a worker that dies during ``reset``, and a rebuilt env's
-            constructor that fails still raise; so does one in the caller's own share
+            was given (``infos["env_restarted"]`` in the reset's infos); so are all the
+            envs of a worker whose process ends during a reset. A failure during
+            ``call``/``set_attr`` and a rebuilt env's constructor that fails still raise; so does one in the caller's own share
             (``step_in_caller=True`` is refused). See ``docs/vector.md``, "Failures and
             restarts".
         max_restarts: with ``env_failure="restart"``, how many failures are recovered
@@ -463,6 +463,8 @@ class FastVectorEnv(WorkerVectorEnv):
         obs = self._staging.observations()
         if self._restarts is not None:
             self._restarts.learn(infos)  # (envs rebuilt because their reset raised)
+            if self._restarts.unreported:  # (workers whose process ended during the reset)
+                obs, infos = self._restarts.report(obs, None, infos)
         if self._last_obs is not None:
             self._last_obs = copy_batch(obs)
         return obs, infos
