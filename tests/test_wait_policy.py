@@ -319,7 +319,7 @@ def test_steps_parked_by_the_vector_env_are_counted_towards_the_next_check():
     pool = [True]
     keep, runtime = _fake_runtime(pool)
     idle = OpenMPIdleThreads()
-    idle.parking  # (looks the real runtimes up once)
+    idle.release()  # (looks the real runtimes up once)
     idle._runtimes = [runtime]
     for _ in range(3):
         idle.release()

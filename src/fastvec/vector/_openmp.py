@@ -83,8 +83,9 @@ class OpenMPIdleThreads:
     """Keeps the idle threads of the process's GNU OpenMP runtimes off the workers' cores while
     a step waits: released before the step, or parked in it (see the module docstring).
 
-    The runtimes are looked up at construction and again whenever the number of imported
-    modules has changed since (torch imported after the vector env was made).
+    The runtimes are looked up at the first release and again whenever the number of imported
+    modules has changed since (torch imported after the vector env was made). A tight
+    stepping loop costs an attribute read and a method call per step.
 
     Args:
         park: whether lockstep steps may run parked (False: always release; a caller that
@@ -105,6 +106,9 @@ class OpenMPIdleThreads:
         self._runtimes: list[_Runtime] = []
         self._modules_seen = -1
         self._parked: list[_Runtime] = []  # the runtimes the step under way runs parked in
+        #: whether the next lockstep step should run through :meth:`run_parked` (read every step)
+        self.parking = False
+        self._decaying = False  # a runtime not parked in has a share of found pools to bring down
 
     def _look_up(self) -> None:
         self._modules_seen = len(sys.modules)
@@ -116,12 +120,9 @@ class OpenMPIdleThreads:
                 runtimes.append(runtime)
         self._runtimes = runtimes
 
-    @property
-    def parking(self) -> bool:
-        """Whether the next lockstep step should run through :meth:`run_parked`."""
-        if len(sys.modules) != self._modules_seen:
-            self._look_up()
-        return any(r.hot for r in self._runtimes)
+    def _update(self) -> None:
+        self.parking = any(r.hot for r in self._runtimes)
+        self._decaying = any(r.found_share > 0.0 for r in self._runtimes if not r.hot)
 
     def release(self) -> None:
         """Hand back the idle threads of every runtime the step under way is not parked in,
@@ -132,13 +133,17 @@ class OpenMPIdleThreads:
         for runtime in self._runtimes:
             if runtime not in self._parked:
                 runtime.release()
+        self._update()
 
     def no_region(self) -> None:
         """The caller came back too soon after the last step to have run a parallel region
         (a tight stepping loop): no release is needed, and it counts as a step without one."""
+        if not self._decaying:
+            return
         for runtime in self._runtimes:
             if runtime not in self._parked:
                 runtime.note(found=False)
+        self._update()
 
     def run_parked(self, fn: Callable[[Any], Any], arg: Any) -> Any:
         """``fn(arg)`` inside a parallel region of each runtime that should be parked (nested,
@@ -154,6 +159,7 @@ class OpenMPIdleThreads:
             self._parked = []
             for runtime in parked:
                 runtime.count_parked_step()
+            self._update()
 
 
 class _Runtime:
@@ -165,7 +171,7 @@ class _Runtime:
         self.parallel = parallel  # the address of GOMP_parallel (0: parking not possible)
         self.thread_num = thread_num  # the address of omp_get_thread_num
         self.hot = False  # park steps in this runtime
-        self._found = 0.0  # running share of releases that found a pool to end
+        self.found_share = 0.0  # running share of releases that found a pool to end
         self._parked_steps = 0
         self._skip_next = False
 
@@ -192,14 +198,16 @@ class _Runtime:
         if self._skip_next:  # (the pool of the last parked step: says nothing of the trainer)
             self._skip_next = False
             return
-        self._found += 0.25 * (float(found) - self._found)
-        if self.parallel and self.thread_num and self._found > 0.5:
+        self.found_share += 0.25 * (float(found) - self.found_share)
+        if self.found_share < 0.01:  # (none in the last ~16 steps: none at all)
+            self.found_share = 0.0
+        if self.parallel and self.thread_num and self.found_share > 0.5:
             self.hot, self._parked_steps = True, 0
 
     def count_parked_step(self) -> None:
         self._parked_steps += 1
         if self._parked_steps >= RECHECK_EVERY:
-            self.hot, self._found, self._skip_next = False, 0.0, True
+            self.hot, self.found_share, self._skip_next = False, 0.0, True
 
 
 def _address(lib: ctypes.CDLL, name: str) -> int:
