@@ -154,16 +154,48 @@ def test_a_failed_step_rebuilds_what_failed_and_keeps_the_others_results(tmp_pat
 
 
 @pytest.mark.parametrize("context", ["spawn", "forkserver"])
-def test_restart_under_other_start_methods(tmp_path, workers_seen, context):
+@pytest.mark.parametrize("how, rebuilt, error_has", [
+    ("raise", ENV_5, "ValueError: boom at step 4 (env 5)"),
+    ("exit", WORKER_1, "exited with code 3"),
+    ("segv", WORKER_1, "killed by signal SIGSEGV"),
+    ("kill", WORKER_1, "killed by signal SIGKILL"),
+])
+def test_restart_under_other_start_methods(tmp_path, workers_seen, context, how, rebuilt, error_has):
+    """Every fault of the step restarts as under fork: the new worker process is started by
+    the vector env's own start method."""
     envs, pids = workers_seen
-    env = FastVectorEnv(_fns(str(tmp_path / "failed"), "exit"), num_workers=2, env_failure="restart",
-                        context=context)
+    fns = [lambda: FlakyEnv() for _ in range(NUM_ENVS)] if how == "kill" else _fns(str(tmp_path / "failed"), how)
+    env = FastVectorEnv(fns, num_workers=2, env_failure="restart", context=context)
     envs.append(env)
     pids.update(p.pid for p in env.processes)
-    out = _run(env, 8, WORKER_1)
+
+    def kill_worker_1(t, env):
+        if how == "kill" and t == FAIL_AT - 1:
+            os.kill(env.processes[1].pid, signal.SIGKILL)
+            env.processes[1].join(5)
+
+    out = _run(env, 8, rebuilt, on_step=kill_worker_1)
     pids.update(p.pid for p in env.processes)
-    _check_restart_step(out, FAIL_AT, WORKER_1, "exited with code 3")
-    _check_reset_after(out, FAIL_AT, WORKER_1)
+    _check_restart_step(out, FAIL_AT, rebuilt, error_has)
+    _check_reset_after(out, FAIL_AT, rebuilt)
+    assert env.restarts.tolist() == [int(e in rebuilt) for e in range(NUM_ENVS)]
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_a_worker_that_dies_during_a_reset_under_other_start_methods(tmp_path, workers_seen, context):
+    envs, pids = workers_seen
+    marker = str(tmp_path / "failed")
+    env = FastVectorEnv([(lambda k=k: FlakyEnv(marker=marker, reset_fails=k == FAILING, reset_how="exit"))
+                         for k in range(NUM_ENVS)], num_workers=2, env_failure="restart", context=context)
+    envs.append(env)
+    pids.update(p.pid for p in env.processes)
+    obs, infos = env.reset(seed=SEED)
+    pids.update(p.pid for p in env.processes)
+    assert np.flatnonzero(infos["env_restarted"]).tolist() == WORKER_1
+    for e in WORKER_1:
+        fresh, _ = FlakyEnv().reset(seed=_derived_seed(e, 1))
+        np.testing.assert_array_equal(obs[e], fresh)
+    env.step(np.zeros(NUM_ENVS, dtype=np.int64))
 
 
 def test_a_worker_killed_from_outside_between_steps(workers_seen):
