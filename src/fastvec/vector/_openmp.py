@@ -89,8 +89,8 @@ class OpenMPIdleThreads:
 
     Args:
         park: whether lockstep steps may run parked (False: always release; a caller that
-            steps envs itself, or forks workers inside a step, must not run them inside a
-            parallel region).
+            steps envs itself must not run them inside a parallel region, where their own
+            regions would run on one thread).
 
     Example:
         >>> idle = OpenMPIdleThreads()
