@@ -230,7 +230,10 @@ def _wait_gone(pids, bound=BOUND_S):
 def test_ctrl_c_in_parent_mid_step():
     before = shm_segments()
     proc = _run_script("""
-        import os, sys, numpy as np
+        import os, signal, sys, numpy as np
+        # (Ctrl-C as in a terminal: a process started in the background by a non-interactive
+        # shell, as CI may run this suite, inherits SIGINT ignored, and Python keeps it so)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         from fastvec import FastVectorEnv
         from toy_envs import ToyEnv
         env = FastVectorEnv([lambda: ToyEnv(step_sleep=2.0) for _ in range(2)], num_workers=2)
