@@ -620,8 +620,9 @@ class WorkerPool:
         envs = list(range(self.starts[w], self.stops[w]))
         _, options, _ = self._resets_out.pop(w)
         new = self._replace_process(w, envs, error, "")
-        new.dispatch("reset", ([None] * len(envs), options, None))  # (None: each env's derived seed)
-        self._resets_out[w] = ([None] * len(envs), options, None)
+        again = ([None] * len(envs), options, None)  # (None: each env's derived seed)
+        new.dispatch("reset", again)
+        self._resets_out[w] = again
 
     def _replace_process(self, w: int, envs: list[int], error: str, trace: str) -> RemoteWorker:
         """Record the failure of worker ``w`` (envs ``envs``), end its process and start a new

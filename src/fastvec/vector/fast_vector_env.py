@@ -145,9 +145,9 @@ class FastVectorEnv(WorkerVectorEnv):
             ``reset`` raises is built again and reset with the seed drawn from the one it
             was given (``infos["env_restarted"]`` in the reset's infos); so are all the
             envs of a worker whose process ends during a reset. A failure during
-            ``call``/``set_attr`` and a rebuilt env's constructor that fails still raise; so does one in the caller's own share
-            (``step_in_caller=True`` is refused). See ``docs/vector.md``, "Failures and
-            restarts".
+            ``call``/``set_attr`` and a rebuilt env's constructor that fails still raise;
+            so does one in the caller's own share (``step_in_caller=True`` is refused).
+            See ``docs/vector.md``, "Failures and restarts".
         max_restarts: with ``env_failure="restart"``, how many failures are recovered
             from in all; the next one raises as with ``"raise"``. Default 100.
         step_timeout: seconds (default None: no limit). A worker whose step takes longer
