@@ -17,9 +17,9 @@ import pytest
 from fastvec import FastVectorEnv
 from helpers import TwoCoreCompute
 from fastvec.vector import _sync
-from fastvec.vector._protocol import Word
+from fastvec.vector._protocol import Command, SharedWord, Word
 from fastvec.vector._step_server import StepServer
-from fastvec.vector._worker import MAX_SPIN_S, THINK_WINDOW_S
+from fastvec.vector._worker import MAX_SPIN_S, OTHER_CPU_SPIN_S, THINK_WINDOW_S
 from fastvec.vector._openmp import OpenMPIdleThreads, loaded_runtimes
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads CPU times from /proc")
@@ -176,6 +176,137 @@ def test_the_caller_publishes_the_time_it_keeps_more_than_one_core_busy_between_
     assert 1e-3 < busy <= 10e-3, busy
     assert asleep < 100e-6, asleep
     assert one_core < 100e-6, one_core
+
+
+# --- idle CPUs: which worker spins, and who is woken first ------------------------------------
+needs_two_cpus = pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2 or _sync.cpu_now() < 0,
+    reason="needs CPU affinity, 2 CPUs and a way to ask which CPU a thread runs on")
+
+
+class _OnOneCpu:
+    """Runs the calling thread on one CPU (its first usable one) until the block ends, so that
+    the CPU it reads stays the CPU it runs on."""
+
+    def __enter__(self):
+        self.saved = os.sched_getaffinity(0)
+        self.cpu = min(self.saved)
+        os.sched_setaffinity(0, {self.cpu})
+        return self
+
+    def __exit__(self, *exc):
+        os.sched_setaffinity(0, self.saved)
+
+
+def _publish_caller_cpu(ctrl, cpu: int) -> None:
+    ctrl[-1, SharedWord.CALLER_CPU] = cpu + 1
+
+
+def _serve_commands(server, ctrl, apart_s: float, count: int) -> None:
+    """Hand the server ``count`` commands, ``apart_s`` after each was done (from a timer
+    thread), so that its running gap tends to ``apart_s``."""
+    for _ in range(count):
+        sender = threading.Timer(apart_s, _sync.send_command, (ctrl, 0, Command.PIPE))
+        sender.start()
+        seq, command, _ = server.serve(1.0)
+        sender.join()
+        _sync.finish_command(ctrl, 0, seq, 0)
+
+
+@needs_two_cpus
+def test_a_worker_spins_through_longer_gaps_on_another_cpu_than_the_callers_and_not_on_its():
+    """While the caller computes on one core between steps, the other cores are idle, and an
+    idle CPU can take hundreds of microseconds to run a woken worker (a virtual machine hands
+    its vCPU back to the host). So a worker waiting on another CPU than the caller's spins
+    through gaps up to OTHER_CPU_SPIN_S long. One on the caller's own CPU spins only while
+    the caller steps back to back (the gap it publishes is under THINK_WINDOW_S): through the
+    caller's work it would take the core that work runs on. Checked on a command server run
+    here, the caller's CPU and gap written into the block as the caller publishes them."""
+    ctrl = np.zeros((2, Word.ROW_WORDS), np.uint32)
+    spin_s = 2e-6
+    server = StepServer(ctrl, 0, object(), np.zeros(1, np.uint32), None, spin_s, MAX_SPIN_S, THINK_WINDOW_S,
+                        None, OTHER_CPU_SPIN_S)
+    with _OnOneCpu() as here:
+        _sync.publish_caller_think(ctrl, 0.0, 0.0)  # (a caller stepping back to back, on one core)
+        assert _sync.read_caller_cpu(ctrl) == here.cpu
+        _serve_commands(server, ctrl, 2e-3, 25)
+        assert MAX_SPIN_S < server.gap < OTHER_CPU_SPIN_S, server.gap
+        _publish_caller_cpu(ctrl, here.cpu + 1)
+        assert server.serve(1e-3) is None  # (no command: the wait timed out)
+        assert server.spin == pytest.approx(min(2 * server.gap + spin_s, OTHER_CPU_SPIN_S))
+        assert server.spin > MAX_SPIN_S
+        _publish_caller_cpu(ctrl, here.cpu)
+        assert server.serve(1e-3) is None
+        assert server.spin == spin_s  # (as before this rule: the gaps are longer than MAX_SPIN_S)
+
+        _serve_commands(server, ctrl, 1e-4, 40)  # the commands come soon after each other
+        assert server.gap < 0.5 * MAX_SPIN_S, server.gap
+        _sync.publish_caller_think(ctrl, 0.0, 0.0)
+        assert server.serve(1e-3) is None
+        assert server.spin == pytest.approx(2 * server.gap + spin_s)  # back to back: it spins
+        _sync.publish_caller_think(ctrl, 0.0, 2 * THINK_WINDOW_S)
+        assert _sync.read_caller_cpu(ctrl) == here.cpu
+        assert server.serve(1e-3) is None
+        assert server.spin == spin_s  # the caller computes here between steps: it does not
+
+
+@needs_two_cpus
+def test_the_caller_wakes_a_worker_asleep_on_its_own_cpu_last():
+    """A worker woken on the caller's CPU takes it at once, and the caller would hand the
+    other workers their commands only after that worker's step: the steps would run one
+    after another. Workers asleep on the caller's CPU (WORKER_CPU, published before a worker
+    blocks) are handed their commands last; the others keep their order."""
+    ctrl = np.zeros((4, Word.ROW_WORDS), np.uint32)
+    with _OnOneCpu() as here:
+        for w, (asleep, cpu) in enumerate([(1, here.cpu), (1, here.cpu + 1), (0, here.cpu)]):
+            ctrl[w, Word.WORKER_SLEEPING] = asleep
+            ctrl[w, Word.WORKER_CPU] = cpu + 1
+        assert _sync.sleepers_here_last(ctrl, [0, 1, 2]) == [1, 2, 0]
+        assert _sync.sleepers_here_last(ctrl, [2, 1]) == [2, 1]
+        ctrl[0, Word.WORKER_SLEEPING] = 0
+        assert _sync.sleepers_here_last(ctrl, [0, 1, 2]) == [0, 1, 2]
+        with pytest.raises(IndexError):
+            _sync.sleepers_here_last(ctrl, [0, 3])
+
+
+@needs_two_cpus
+def test_in_a_one_core_training_loop_the_worker_off_the_callers_cpu_spins_and_both_step_at_once():
+    """The caller, held on worker 0's CPU, computes on one core for 1 ms between steps (a
+    small policy's forward pass). Each worker publishes the CPU it waits on; 0.5 ms into
+    the caller's work, worker 1 (on the other CPU) is still spinning, not asleep; and the
+    two workers step at the same time, not one after the other."""
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+
+    class Stamped(QuietEnv):
+        def step(self, action):
+            start = time.perf_counter()
+            _compute(2e-4)
+            return np.full(4, start - int(start), np.float32), 1.0, False, False, {}
+
+    saved = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, set(cpus))
+    try:
+        with FastVectorEnv([Stamped, Stamped], num_workers=2, pin_workers=True) as env:
+            env.reset(seed=0)
+            actions = np.zeros(2, dtype=np.int64)
+            os.sched_setaffinity(0, {cpus[0]})
+            awake, apart = [], []
+            for i in range(60):
+                _compute(1e-3)
+                sent = time.perf_counter()
+                obs, *_ = env.step(actions)
+                starts = obs[:, 0].astype(np.float64) + int(sent) - sent
+                apart.append(abs(starts[1] - starts[0]))
+                if i >= 40:
+                    _compute(5e-4)
+                    awake.append(env._pool.ctrl[1, Word.WORKER_SLEEPING] == 0)
+            waited_on = env._pool.ctrl[:2, Word.WORKER_CPU].astype(int) - 1
+    finally:
+        os.sched_setaffinity(0, saved)
+    assert waited_on.tolist() == cpus
+    assert np.mean(awake) > 0.8, awake
+    # (one after the other, the second would start 200 us after the first)
+    assert np.median(apart[20:]) < 1e-4, np.median(apart[20:])
 
 
 # --- the caller's OpenMP threads ---------------------------------------------------------------

@@ -12,6 +12,7 @@
  *   wait on a shared word     futex (Linux)                 spin, yield, then 50 us naps
  *   CPU pause in spin loops   x86 pause / arm64 yield       none
  *   cache prefetch hints      __builtin_prefetch            none
+ *   the caller's current CPU  sched_getcpu (Linux glibc)    unknown (-1)
  *
  * MSVC needs /std:c17 and /experimental:c11atomics for the C11 paths (setup.py passes
  * them). macOS takes the native paths but has no futex, so its waits nap as the portable
@@ -150,6 +151,15 @@ static inline void fv_nap(void) {
     ts.tv_nsec = 50000; /* 50 us */
     nanosleep(&ts, NULL);
 }
+#endif
+
+/* The CPU the calling thread runs on, or -1 where that cannot be asked cheaply. Linux's
+ * glibc answers from the restartable-sequence area or the vDSO (no system call); the
+ * declaration needs _GNU_SOURCE, which Python's own headers define first. */
+#if defined(__linux__) && defined(_GNU_SOURCE) && !defined(_WIN32)
+static inline int fv_current_cpu(void) { return sched_getcpu(); }
+#else
+static inline int fv_current_cpu(void) { return -1; }
 #endif
 
 /* Hints that a cache line is about to be read / written (no-ops without GCC builtins). */

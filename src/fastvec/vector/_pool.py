@@ -107,6 +107,7 @@ class WorkerPool:
         # than one core busy, a running mean published to the workers (see step_started);
         # _last_done is None until a first step has ended.
         self._think_mean = 0.0
+        self._gap_mean = 0.0  # the same, on any number of cores
         self._last_done: float | None = None
         self._next_alive_check = 0.0  # when wait_some next checks that its workers run
         self._last_done_cpu = 0.0
@@ -235,6 +236,7 @@ class WorkerPool:
         self.step_started(time.perf_counter())
         self._sent_at[workers] = self._step_sent
         all_workers = self.workers
+        workers = _sync.sleepers_here_last(self.ctrl, list(workers))
         if per_env is None:
             for w in workers:
                 all_workers[w].start_step(actions=direct)
@@ -331,7 +333,8 @@ class WorkerPool:
             # (capped: one long pause, an update between rollouts, counts as long, not as forever)
             think = min(wall, MAX_THINK_S) if busy_cores > 1.5 else 0.0
             self._think_mean += 0.25 * (think - self._think_mean)
-            _sync.publish_caller_think(self.ctrl, self._think_mean)
+            self._gap_mean += 0.25 * (min(wall, MAX_THINK_S) - self._gap_mean)
+            _sync.publish_caller_think(self.ctrl, self._think_mean, self._gap_mean)
             if self._settings is not None and self._think_mean >= THINK_WINDOW_S:
                 warn_slow_settings_once(**self._settings)
                 self._settings = None

@@ -11,6 +11,8 @@ cpdef enum Word:
     PARENT_SLEEPING = 5  # for a wake-up system call when someone sleeps
     CURRENT_ENV = 6      # the env the worker is stepping, its index + 1 (0: none), so that a
                          # step that outlasts step_timeout names the env
+    WORKER_CPU = 7       # the CPU the worker last waited for a command on, plus one (0: unknown):
+                         # the caller wakes a sleeper on its own CPU last
     ROW_WORDS = 16       # words per row
 
 
@@ -23,6 +25,11 @@ cpdef enum SharedWord:
     RESTARTS_LEFT = 3    # env_failure="restart": failures that may still be recovered from; a
                          # worker takes one before it rebuilds an env, the caller before it
                          # restarts a worker (so the budget is one, whoever recovers)
+    CALLER_CPU = 4       # the CPU the caller ran on when it sent the last step, plus one (0:
+                         # unknown): a waiting worker on another CPU may spin longer
+    CALLER_GAP_US = 5    # the caller's time between a step's results and its next step, however
+                         # many cores it kept busy (µs, a running mean): a waiting worker on the
+                         # caller's CPU spins only while it is short
 
 
 cpdef enum Command:

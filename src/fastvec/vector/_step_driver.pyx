@@ -122,9 +122,7 @@ cdef class StepDriver:
         pool = self.pool
         pool.step_started(self.clock())
         started = self.clock()
-        for w in range(workers):
-            if remote[w]:
-                _sync.start_command(ctrl, w, STEP)
+        _sync.start_commands(ctrl, remote, workers, STEP)
         self.pending = True
         # (as in WorkerPool.start_steps: what an interrupted and abandoned command left goes)
         pool.forget_abandoned(self.all_workers)

@@ -47,6 +47,8 @@ cdef class StepServer:
             as the dtype ``code`` names; None when the actions are not one slab (every
             step then goes to Python).
         spin_s / max_spin_s: the shortest and the longest spin before a wait blocks.
+        other_cpu_spin_s: the longest spin of a worker that waits on another CPU than the
+            caller's, while the caller keeps at most one core busy between steps.
         think_window_s: the longest time between steps the caller may spend for the worker
             to spin for the next command; a caller that spends longer (see the shared word
             CALLER_THINK_US) gets the cores while it computes.
@@ -60,7 +62,7 @@ cdef class StepServer:
     cdef bint caller_busy
     cdef uint32_t view_code
     cdef bint copy_actions
-    cdef double spin_s, max_spin_s, think_window_s
+    cdef double spin_s, max_spin_s, other_cpu_spin_s, think_window_s
     cdef readonly uint32_t seq  # the last command taken
     cdef readonly bint stepping  # True while (or after) the env loop of a step it runs raises
     cdef readonly double gap  # how soon the next command tends to come after one is done
@@ -68,7 +70,7 @@ cdef class StepServer:
 
     def __init__(self, cnp.ndarray ctrl not None, Py_ssize_t worker, object loop not None,
                  cnp.ndarray action_codes not None, object action_view, double spin_s, double max_spin_s,
-                 double think_window_s, object on_caller_busy=None):
+                 double think_window_s, object on_caller_busy=None, double other_cpu_spin_s=0.0):
         self.ctrl = _sync.worker_words(ctrl, worker, &self.workers)
         if (cnp.PyArray_TYPE(action_codes) != cnp.NPY_UINT32 or cnp.PyArray_NDIM(action_codes) != 1
                 or cnp.PyArray_DIMS(action_codes)[0] < 1 or not cnp.PyArray_IS_C_CONTIGUOUS(action_codes)):
@@ -82,6 +84,7 @@ cdef class StepServer:
         self.spin_s = spin_s
         self.max_spin_s = max_spin_s
         self.think_window_s = think_window_s
+        self.other_cpu_spin_s = max(other_cpu_spin_s, max_spin_s)
         self.on_caller_busy = on_caller_busy
         self.caller_busy = False
         self.gap = spin_s
@@ -95,8 +98,9 @@ cdef class StepServer:
         when ``timeout_s`` passed with no command (the worker checks that its parent lives).
         An env's exception propagates, with :attr:`stepping` True.
         """
-        cdef double start
+        cdef double start, longest
         cdef bint got, busy
+        cdef int cpu
         cdef uint32_t command, code
         cdef int status
         self.stepping = False
@@ -114,8 +118,22 @@ cdef class StepServer:
                 if self.on_caller_busy is not None:
                     self.on_caller_busy(busy)
             if not busy:
-                self.spin = (min(2.0 * self.gap + self.spin_s, self.max_spin_s) if self.gap < self.max_spin_s
-                             else self.spin_s)
+                # A caller that computes on one core between steps leaves the others idle,
+                # and on a virtual machine an idle CPU can take a few hundred microseconds to
+                # run a woken worker again (its vCPU was handed back to the host). A worker on
+                # another CPU than the caller's spins through longer gaps: the core is idle
+                # anyway. One on the caller's own CPU spins only for a caller that steps back
+                # to back: through its work between steps it would take the core that work
+                # runs on (the wait then spins its shortest, spin_s).
+                cpu = _sync.current_cpu()
+                caller = _sync.caller_cpu(self.ctrl, self.workers)
+                longest = self.max_spin_s
+                if cpu >= 0 and caller >= 0:
+                    if cpu != caller:
+                        longest = self.other_cpu_spin_s
+                    elif _sync.caller_gap(self.ctrl, self.workers) >= self.think_window_s:
+                        longest = 0.0
+                self.spin = min(2.0 * self.gap + self.spin_s, longest) if self.gap < longest else self.spin_s
             else:
                 self.spin = 0.0
             start = _sync.now()
@@ -124,7 +142,7 @@ cdef class StepServer:
             if not got:
                 return None
             self.seq += 1
-            self.gap += 0.125 * (min(_sync.now() - start, 2.0 * self.max_spin_s) - self.gap)
+            self.gap += 0.125 * (min(_sync.now() - start, 2.0 * self.other_cpu_spin_s) - self.gap)
             command = _sync.command_word(self.ctrl, self.worker)
             if command != STEP or self.action_view is None:
                 return self.seq, command, False

@@ -30,9 +30,9 @@ from libc.string cimport memcpy
 
 cimport numpy as cnp
 
-from fastvec.vector._protocol cimport (ANY_DONE, ANY_SLEEPING, CALLER_THINK_US, CMD, CMD_SEQ, DONE_SEQ,
+from fastvec.vector._protocol cimport (ANY_DONE, ANY_SLEEPING, CALLER_CPU, CALLER_GAP_US, CALLER_THINK_US, CMD, CMD_SEQ, DONE_SEQ,
                                        RESTARTS_LEFT,
-                                       PARENT_SLEEPING, ROW_WORDS, STATUS, WORKER_SLEEPING)
+                                       PARENT_SLEEPING, ROW_WORDS, STATUS, WORKER_CPU, WORKER_SLEEPING)
 from fastvec.vector._rows cimport copy_row, fits_row, row_bytes
 
 cnp.import_array()
@@ -50,6 +50,7 @@ cdef extern from "fv_platform.h" nogil:
     void fv_block(uint32_t *p, uint32_t expected, double timeout_s)
     void fv_wake(uint32_t *p)
     void fv_yield()
+    int fv_current_cpu()
 
 
 # Every access to a control word is sequentially consistent: a waiter's store to its
@@ -346,6 +347,61 @@ cdef int start_command(uint32_t *ctrl, Py_ssize_t worker, uint32_t command) exce
     return 0
 
 
+cdef int start_commands(uint32_t *ctrl, const uint8_t *mask, Py_ssize_t workers,
+                        uint32_t command) except -1:
+    """Hand every worker whose ``mask`` byte is set a command, as :func:`start_command`
+    does, waking the sleeping ones on the caller's own CPU last.
+
+    A worker woken on the caller's CPU takes that CPU at once (the scheduler favours a
+    task that slept), and the caller would hand out the rest only once it got the CPU back,
+    after that worker's whole step: the steps would run one after the other."""
+    cdef Py_ssize_t w
+    cdef uint32_t *row
+    cdef uint32_t here
+    cdef int cpu = fv_current_cpu()
+    for w in range(workers):
+        if mask[w] and not _is_done(_row(ctrl, w)):
+            raise RuntimeError(f"worker {w} is still busy with its previous command")
+    for w in range(workers):
+        if mask[w]:
+            row = _row(ctrl, w)
+            fv_store(&row[<int>CMD], command)
+            fv_store(&row[<int>STATUS], 0)
+            fv_store(&row[<int>CMD_SEQ], fv_load(&row[<int>CMD_SEQ]) + 1)
+    # (a worker not seen asleep below goes to sleep after the stores above, and sees them)
+    here = <uint32_t>(cpu + 1) if cpu >= 0 else 0
+    for w in range(workers):
+        row = _row(ctrl, w)
+        if mask[w] and fv_load(&row[<int>WORKER_SLEEPING]) and (here == 0 or fv_load(&row[<int>WORKER_CPU]) != here):
+            fv_wake(&row[<int>CMD_SEQ])
+    if here != 0:
+        for w in range(workers):
+            row = _row(ctrl, w)
+            if mask[w] and fv_load(&row[<int>WORKER_SLEEPING]) and fv_load(&row[<int>WORKER_CPU]) == here:
+                fv_wake(&row[<int>CMD_SEQ])
+    return 0
+
+
+def sleepers_here_last(cnp.ndarray ctrl not None, list workers):
+    """``workers`` with those asleep on the caller's own CPU moved last: the order to hand
+    them commands one by one in (see :func:`start_commands`)."""
+    cdef Py_ssize_t count, w
+    cdef uint32_t *base = ctrl_words(ctrl, &count)
+    cdef int cpu = fv_current_cpu()
+    if cpu < 0 or len(workers) < 2:
+        return workers
+    here, others = [], []
+    for w in workers:
+        if not 0 <= w < count:
+            raise IndexError(f"worker {w} out of range for {count} workers")
+        row = _row(base, w)
+        if fv_load(&row[<int>WORKER_SLEEPING]) and fv_load(&row[<int>WORKER_CPU]) == <uint32_t>(cpu + 1):
+            here.append(w)
+        else:
+            others.append(w)
+    return others + here if here else workers
+
+
 def send_command(cnp.ndarray ctrl not None, Py_ssize_t worker, uint32_t command):
     """Parent side: hand ``worker`` a command; returns its sequence number."""
     cdef Py_ssize_t workers
@@ -366,8 +422,11 @@ cdef bint await_command(uint32_t *ctrl, Py_ssize_t worker, uint32_t last_seq, do
     cdef uint32_t *row = _row(ctrl, worker)
     # Wait for CMD_SEQ to leave last_seq: same as waiting for last_seq + 1,
     # since the parent never issues a command before the previous one is done.
+    cdef int cpu
     if fv_load(&row[<int>CMD_SEQ]) == last_seq + 1:
         return True
+    cpu = fv_current_cpu()
+    fv_store(&row[<int>WORKER_CPU], <uint32_t>(cpu + 1) if cpu >= 0 else 0)
     return _wait_equal(&row[<int>CMD_SEQ], last_seq + 1, &row[<int>WORKER_SLEEPING], spin_s, deadline)
 
 
@@ -399,11 +458,43 @@ cdef double caller_think(uint32_t *ctrl, Py_ssize_t workers) noexcept nogil:
     return fv_load(&_row(ctrl, workers)[<int>CALLER_THINK_US]) * 1e-6
 
 
-def publish_caller_think(cnp.ndarray ctrl not None, double seconds):
-    """Parent side: tell the workers how long the caller spends between steps (a running mean)."""
+cdef int caller_cpu(uint32_t *ctrl, Py_ssize_t workers) noexcept nogil:
+    """Worker side: the CPU the caller ran on when it sent the last step (-1: unknown)."""
+    return <int>fv_load(&_row(ctrl, workers)[<int>CALLER_CPU]) - 1
+
+
+cdef int current_cpu() noexcept nogil:
+    """The CPU the calling thread runs on (-1: unknown on this platform)."""
+    return fv_current_cpu()
+
+
+cdef double caller_gap(uint32_t *ctrl, Py_ssize_t workers) noexcept nogil:
+    """Worker side: the caller's time between a step's results and its next step, on any
+    number of cores (seconds)."""
+    return fv_load(&_row(ctrl, workers)[<int>CALLER_GAP_US]) * 1e-6
+
+
+def publish_caller_think(cnp.ndarray ctrl not None, double seconds, double gap_s=0.0):
+    """Parent side: tell the workers how long the caller spends between steps keeping more
+    than one core busy (``seconds``) and in all (``gap_s``), running means, and which CPU
+    the caller runs on now."""
     cdef Py_ssize_t workers
     cdef uint32_t *base = ctrl_words(ctrl, &workers)
+    cdef int cpu = fv_current_cpu()
     fv_store(&_row(base, workers)[<int>CALLER_THINK_US], <uint32_t>min(max(seconds * 1e6, 0.0), 4e9))
+    fv_store(&_row(base, workers)[<int>CALLER_GAP_US], <uint32_t>min(max(gap_s * 1e6, 0.0), 4e9))
+    fv_store(&_row(base, workers)[<int>CALLER_CPU], <uint32_t>(cpu + 1 if cpu >= 0 else 0))
+
+
+def read_caller_cpu(cnp.ndarray ctrl not None):
+    """What :func:`publish_caller_think` last published as the caller's CPU (-1: unknown)."""
+    cdef Py_ssize_t workers
+    return caller_cpu(ctrl_words(ctrl, &workers), workers)
+
+
+def cpu_now():
+    """The CPU the calling thread runs on now (-1: unknown on this platform)."""
+    return fv_current_cpu()
 
 
 def publish_restarts_left(cnp.ndarray ctrl not None, uint32_t count):

@@ -49,6 +49,12 @@ _IMMUTABLE = (str, bytes, int, float, bool, type(None))
 # The longest a waiting worker spins before it blocks (see StepServer.serve): about what a
 # small policy's forward pass and its bookkeeping take between two steps in torch.
 MAX_SPIN_S = 1e-3
+# The longest a waiting worker on another CPU than the caller's spins, while the caller
+# computes on one core between steps (see StepServer.serve): through a small policy's forward
+# pass and an env-side Python step (SB3's collect_rollouts), about 0.5 to 1.5 ms. Measured on
+# a 2-vCPU VM: a worker woken on a CPU idle for 1 ms started 280 us after the command, one
+# still spinning at once (docs/benchmarks.md, "Idle CPUs wake slowly").
+OTHER_CPU_SPIN_S = 4e-3
 # A caller that spends longer than this between steps is computing (a policy's forward pass
 # takes 100 µs and more in torch), and waiting workers block at once: spinning would take the
 # cores it computes on, where a wake-up costs tens of microseconds (see StepServer.serve).
@@ -454,7 +460,7 @@ def _serve(worker: _Worker, ctrl: np.ndarray, pipe, spin_s: float, parent_alive:
     index = worker.index
     # Takes every command, and runs the plain steps itself (compiled); the rest come here.
     server = StepServer(ctrl, index, worker.env_loop, worker.act_codes, worker.slab_action_view(), spin_s,
-                        MAX_SPIN_S, THINK_WINDOW_S, on_caller_busy)
+                        MAX_SPIN_S, THINK_WINDOW_S, on_caller_busy, OTHER_CPU_SPIN_S)
     while True:
         phase = "step"
         try:

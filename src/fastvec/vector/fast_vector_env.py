@@ -105,11 +105,13 @@ class FastVectorEnv(WorkerVectorEnv):
             num_envs``). By default no env code runs in the calling process.
         worker_spin_us / parent_spin_us: how long a waiting worker / the caller spins
             at least before it blocks. Spinning answers in microseconds but takes a core;
-            blocking frees it. A worker spins for the next step (up to 1 ms, about
-            twice as long as the next command usually takes to come) only while the
-            caller keeps at most one core busy between steps; a caller that computes on
-            more (torch's intra-op threads) gets every core: workers then block at once.
-            The caller spins through steps shorter than 200 µs on average.
+            blocking frees it. A worker spins for the next step (about twice as long as
+            the next command usually takes to come) only while the caller keeps at most
+            one core busy between steps: up to 4 ms on another CPU than the caller's (an
+            idle core, which would wake slowly), and on the caller's own CPU only while
+            the caller steps back to back. A caller that computes on more cores (torch's
+            intra-op threads) gets every core: workers then block at once. The caller
+            spins through steps shorter than 200 µs on average.
         pin_workers: pin worker w to the w-th usable CPU. Default (None): only when the
             processes outnumber the usable CPUs (2 workers and the caller on 2 cores), and
             only while the caller steps back to back or computes on one core between
