@@ -33,7 +33,8 @@ def run_parked(uintptr_t gomp_parallel, uintptr_t omp_get_thread_num, object fn,
     Example:
         >>> import ctypes
         >>> from fastvec.vector._openmp import loaded_runtimes
-        >>> gomp = ctypes.CDLL(loaded_runtimes()[0]) if loaded_runtimes() else None
+        >>> # (a runtime that has the entry point: another library may bring an older libgomp)
+        >>> gomp = next((r for r in map(ctypes.CDLL, loaded_runtimes()) if hasattr(r, "GOMP_parallel")), None)
         >>> def address(f): return ctypes.cast(f, ctypes.c_void_p).value
         >>> gomp is None or run_parked(address(gomp.GOMP_parallel), address(gomp.omp_get_thread_num), abs, -3) == 3
         True
@@ -59,7 +60,8 @@ def timed_pause(uintptr_t omp_pause_resource_all, int kind):
     Example:
         >>> import ctypes
         >>> from fastvec.vector._openmp import loaded_runtimes, OMP_PAUSE_SOFT
-        >>> gomp = ctypes.CDLL(loaded_runtimes()[0]) if loaded_runtimes() else None
+        >>> # (a runtime that has omp_pause_resource_all, OpenMP 5.0: pygame, say, brings an older libgomp)
+        >>> gomp = next((r for r in map(ctypes.CDLL, loaded_runtimes()) if hasattr(r, "omp_pause_resource_all")), None)
         >>> gomp is None or timed_pause(ctypes.cast(gomp.omp_pause_resource_all, ctypes.c_void_p).value, OMP_PAUSE_SOFT) >= 0
         True
     """
