@@ -119,22 +119,30 @@ def _reference(env_id: str, num_envs: int, wrappers: tuple = (), **env_kwargs: A
 
 
 # ---------------------------------------------------------------------------- comparison helpers
-def _assert_tree_equal(a: Any, b: Any, where: str) -> None:
+def _assert_tree_equal(a: Any, b: Any, where: str, python_scalars: bool = True) -> None:
+    """``python_scalars``: a scalar must be of the Python type of the reference's (infos);
+    not within an observation (``terminal_observation``), whose leaves are NumPy's."""
     if isinstance(a, dict) or isinstance(b, dict):
         assert isinstance(a, dict) and isinstance(b, dict), f"{where}: {type(a)} vs {type(b)}"
         assert set(a) == set(b), f"{where}: keys {sorted(a)} vs {sorted(b)}"
         for k in a:
-            _assert_tree_equal(a[k], b[k], f"{where}[{k!r}]")
+            _assert_tree_equal(a[k], b[k], f"{where}[{k!r}]", python_scalars and k != "terminal_observation")
     elif isinstance(a, tuple):
         assert isinstance(b, tuple) and len(a) == len(b), where
         for k, (x, y) in enumerate(zip(a, b)):
-            _assert_tree_equal(x, y, f"{where}[{k}]")
+            _assert_tree_equal(x, y, f"{where}[{k}]", python_scalars)
     elif isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         a, b = np.asarray(a), np.asarray(b)
         assert a.dtype == b.dtype, f"{where}: dtype {a.dtype} vs {b.dtype}"
         np.testing.assert_array_equal(a, b, err_msg=where)
     else:
         assert a == b, f"{where}: {a!r} vs {b!r}"
+        if not python_scalars:
+            return
+        # (the adapter hands out Python scalars, as SB3's envs mostly return them: a NumPy
+        # scalar of the reference becomes its Python value)
+        expected = type(b.item()) if isinstance(b, np.generic) else type(b)
+        assert type(a) is expected, f"{where}: {type(a).__name__} vs {expected.__name__}"
 
 
 def _rollout(env, actions: np.ndarray, seed: int, reset_at: int | None = None, options=None):

@@ -566,17 +566,22 @@ def _split_infos(
         if key in skip or (key.startswith("_") and key[1:] in infos):
             continue
         mask = infos.get(f"_{key}")
-        idx = np.flatnonzero(mask) if mask is not None else range(num_envs)
+        idx = np.flatnonzero(mask).tolist() if mask is not None else range(num_envs)
         if isinstance(value, dict):
             nested = _split_infos(value, num_envs)
             for i in idx:
-                per_env.setdefault(int(i), {})[key] = nested.get(int(i), {})
+                per_env.setdefault(i, {})[key] = nested.get(i, {})
+        elif isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype != object:
+            # (one number per env, the common case: tolist makes every Python scalar at once)
+            values = value.tolist()
+            for i in idx:
+                per_env.setdefault(i, {})[key] = values[i]
         else:
             for i in idx:
                 v = value[i]
                 if isinstance(v, np.generic):
                     v = v.item()
-                per_env.setdefault(int(i), {})[key] = v
+                per_env.setdefault(i, {})[key] = v
     if fill:
         return [per_env.get(i, {}) for i in range(num_envs)]
     return per_env
