@@ -97,3 +97,24 @@ class TwoCoreCompute:
     def close(self):
         self._stop = True
         self._thread.join()
+
+
+def process_running(pid: int) -> bool:
+    """True while process ``pid`` runs (a zombie has exited); Linux (/proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] != b"Z"
+
+
+def assert_processes_gone(pids: list, bound: float) -> float:
+    """Wait until none of ``pids`` runs; the time that took (fails past ``bound`` seconds)."""
+    start = time.perf_counter()
+    while True:
+        alive = [pid for pid in pids if process_running(pid)]
+        if not alive:
+            return time.perf_counter() - start
+        assert time.perf_counter() - start < bound, f"processes {alive} still running after {bound} s"
+        time.sleep(0.05)

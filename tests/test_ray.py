@@ -32,7 +32,7 @@ import fastvec.ray  # noqa: E402
 import fastvec.ray.vector_env  # noqa: E402
 from fastvec import RemoteTraceback, WorkerDiedError  # noqa: E402
 from fastvec.ray import RayVectorEnv, fault_detection_config  # noqa: E402
-from helpers import assert_same, run_side_by_side  # noqa: E402
+from helpers import assert_processes_gone, assert_same, process_running, run_side_by_side  # noqa: E402
 from toy_envs import CrashEnv, ToyEnv  # noqa: E402
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -66,13 +66,7 @@ def cluster():
 
 
 # -- helpers -----------------------------------------------------------------------------
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    return stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] != b"Z"  # a zombie has exited
+_running = process_running
 
 
 def shard_pids(envs: RayVectorEnv) -> list[int]:
@@ -82,13 +76,7 @@ def shard_pids(envs: RayVectorEnv) -> list[int]:
 
 def assert_gone(pids: list[int], bound: float = BOUND_S) -> float:
     """Wait until none of ``pids`` runs; the time that took (fails past ``bound``)."""
-    start = time.perf_counter()
-    while True:
-        alive = [pid for pid in pids if _running(pid)]
-        if not alive:
-            return time.perf_counter() - start
-        assert time.perf_counter() - start < bound, f"processes {alive} still running after {bound} s"
-        time.sleep(0.05)
+    return assert_processes_gone(pids, bound)
 
 
 def fastvec_segments() -> list[str]:

@@ -16,6 +16,7 @@ import traceback
 from typing import Any, Callable, Sequence
 
 import numpy as np
+from gymnasium.vector import AutoresetMode
 
 from fastvec.ray._packing import decode_actions, fixed_fields, result_dtype
 from fastvec.spaces import Layout
@@ -147,8 +148,10 @@ def _exit_with(pid: int, interval: float = 0.5) -> None:
     threading.Thread(target=watch, name="fastvec-shard-watch", daemon=True).start()
 
 
-def _build(source: tuple, n: int, autoreset_mode, vector_kwargs: dict):
-    """The shard's local vector env: ``source`` is ("fns", env_fns) or ("id", id, env_kwargs, wrappers).
+def _build(source: tuple, n: int, autoreset_mode, vector_kwargs: dict, failure: dict | None = None):
+    """The shard's local vector env: ``source`` is ("fns", env_fns) or ("id", id, env_kwargs, wrappers);
+    ``failure``: FastVectorEnv's ``env_failure``/``max_restarts``/``step_timeout`` (a compiled
+    NativeVectorEnv has no env code that can fail on its own, and takes none of them).
 
     Defaults for a shard (each overridden by ``vector_kwargs``): FastVectorEnv starts its
     workers with ``forkserver`` (forking a Ray worker can hang), one per reserved CPU, not
@@ -174,6 +177,7 @@ def _build(source: tuple, n: int, autoreset_mode, vector_kwargs: dict):
         fns = [_backends.single_env_maker(env_id, env_kwargs, wrappers)] * n
     for key, value in multiprocess.items():
         kwargs.setdefault(key, value)
+    kwargs.update(failure or {})
     if kwargs["context"] == "forkserver":
         _prepare_forkserver()
     pid = os.getpid()
@@ -218,16 +222,24 @@ class Shard:
         autoreset_mode: the vector env's autoreset mode.
         vector_kwargs: keyword arguments of the local backend (FastVectorEnv's or
             NativeVectorEnv's, plus ``native`` as in ``make_vec``).
+        failure: the local FastVectorEnv's ``env_failure``, ``max_restarts`` and
+            ``step_timeout`` (see :func:`_build`).
     """
 
-    def __init__(self, index: int, n: int, source: tuple, autoreset_mode, vector_kwargs: dict):
+    def __init__(self, index: int, n: int, source: tuple, autoreset_mode, vector_kwargs: dict,
+                 failure: dict | None = None):
         self.index = index
         self.n = n
+        self.autoreset_mode = AutoresetMode(autoreset_mode)
         self.env = None
         self.failure = None
+        #: after :meth:`restarted` (NEXT_STEP): what the next step returns instead of stepping
+        self.pending_reply = None
+        #: after :meth:`restarted` (DISABLED): per env, the seed its next reset uses when given none
+        self.next_seeds: list | None = None
         _watch_parent()
         try:
-            self.env = _build(source, n, autoreset_mode, vector_kwargs)
+            self.env = _build(source, n, autoreset_mode, vector_kwargs, failure)
             self._setup()
         except Exception as exc:
             self.failure = Failure(exc, "construction")
@@ -292,6 +304,9 @@ class Shard:
 
     def step(self, payload):
         """Step with the actions (bytes from encode_actions, or a batch object); the packed results."""
+        if self.pending_reply is not None:  # (the envs were just built again: see restarted)
+            reply, self.pending_reply = self.pending_reply, None
+            return reply
         try:
             actions = decode_actions(self.act_layout, payload, self.n) if type(payload) is bytes else payload
             obs, rewards, terminations, truncations, infos = self.env.step(actions)
@@ -301,11 +316,46 @@ class Shard:
 
     def reset(self, seeds: Sequence, options: dict | None):
         """Reset with one seed per env; packed like a step's results (rewards 0, flags False)."""
+        seeds = list(seeds)
+        self.pending_reply = None
+        if self.next_seeds is not None:
+            mask = (options or {}).get("reset_mask")
+            for i, seed in enumerate(self.next_seeds):
+                if mask is None or mask[i]:
+                    if seeds[i] is None:
+                        seeds[i] = seed
+                    self.next_seeds[i] = None
+            if all(seed is None for seed in self.next_seeds):
+                self.next_seeds = None
         try:
-            obs, infos = self.env.reset(seed=list(seeds), options=options)
+            obs, infos = self.env.reset(seed=seeds, options=options)
             return self._pack(obs, infos)
         except Exception as exc:
             return Failure(exc, "reset")
+
+    def restarted(self, seeds: Sequence):
+        """This actor replaces one that died (RayVectorEnv's ``env_failure="restart"``): its
+        envs, new, start their first episode as the autoreset mode has an env start one after
+        a truncation, each reset with its seed in ``seeds`` (None: unseeded).
+
+        NEXT_STEP: they are reset now, and the next :meth:`step` returns their first
+        observations (rewards 0, flags False) without stepping. SAME_STEP: they are reset now,
+        and this returns the packed reset (for the step that reports the restart). DISABLED:
+        the next :meth:`reset` of each env uses its seed when given none. Returns None (or
+        the packed reset), or the Failure of the reset."""
+        seeds = list(seeds)
+        if self.autoreset_mode is AutoresetMode.DISABLED:
+            self.next_seeds = seeds
+            return None
+        try:
+            obs, infos = self.env.reset(seed=seeds)
+            reply = self._pack(obs, infos)
+        except Exception as exc:
+            return Failure(exc, "reset")
+        if self.autoreset_mode is AutoresetMode.NEXT_STEP:
+            self.pending_reply = reply
+            return None
+        return reply
 
     # -- call / attributes -----------------------------------------------------------------
     def call(self, name: str, args: tuple, kwargs: dict):

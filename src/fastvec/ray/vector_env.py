@@ -33,15 +33,18 @@ from fastvec.ray._packing import (
 )
 from fastvec.ray._shard import Failure, Shard, shard_ranges
 from fastvec.spaces import Layout
-from fastvec.vector._arguments import (check_no_ended_envs, check_synchronous, checked_batch_size, checked_count,
-                                       seeds_per_env, split_reset_options)
+from fastvec.vector._arguments import (check_failure_arguments, check_no_ended_envs, check_synchronous,
+                                       checked_batch_size, checked_count, checked_step_timeout, seeds_per_env,
+                                       split_reset_options)
+from fastvec.vector._restarts import Restarts, derived_seed
 from fastvec.vector._worker_vector_env import CallState, WorkerVectorEnv
 
 __all__ = ["RayVectorEnv", "DEFAULT_SHARD_OPTIONS"]
 
 #: Ray actor options every shard gets unless ``shard_options`` says otherwise: one CPU
-#: reserved, shards spread over the nodes, no restart (a restarted shard would have lost
-#: its envs' state: a fault closes the vector env instead, as in FastVectorEnv).
+#: reserved, shards spread over the nodes, no restart by Ray itself (a shard Ray restarted
+#: would have lost its envs' state, and nobody would say so: with ``env_failure="restart"``
+#: RayVectorEnv starts a new actor in its place and reports the restart instead).
 DEFAULT_SHARD_OPTIONS = {"num_cpus": 1, "scheduling_strategy": "SPREAD", "max_restarts": 0, "max_task_retries": 0}
 
 # How often a wait on the shards checks whether one of them has died while others are
@@ -56,6 +59,26 @@ def _actor_class():
     if _ACTOR_CLASS is None:
         _ACTOR_CLASS = ray.remote(Shard)
     return _ACTOR_CLASS
+
+
+class _Restarted:
+    """What stands for the reply of a shard that died during a step and was started again:
+    its envs report the restart; ``reset``: the new shard's packed reset, with SAME_STEP
+    (their first observations come back at once), else None."""
+
+    __slots__ = ("reset",)
+
+    def __init__(self, reset):
+        self.reset = reset
+
+
+class _ShardLost(Exception):
+    """Raised inside a wait when shard ``k`` died and may be started again (``env_failure="restart"``)."""
+
+    def __init__(self, k: int, error: str):
+        super().__init__(k, error)
+        self.k = k
+        self.error = error
 
 
 def _kill_actors(actors: list) -> None:
@@ -126,6 +149,21 @@ class RayVectorEnv(WorkerVectorEnv):
             the next ``step``/``reset`` overwrites.
         start_timeout: seconds to wait for the shards to be placed and to build their
             envs before giving up (a shard Ray cannot place waits forever otherwise).
+        env_failure: ``"raise"`` (default) or ``"restart"``. With ``"restart"``, each
+            shard's FastVectorEnv restarts its own failed envs and worker processes (as
+            ``FastVectorEnv(env_failure="restart")`` does), and a shard whose actor dies
+            (killed, its node lost) during a step or a reset is replaced by a new actor with
+            fresh envs for its range. Either way the step reports it as FastVectorEnv does:
+            the shard's envs ``truncated`` with reward 0, their last observations,
+            ``infos["env_restarted"]`` and ``infos["env_error"]``, then the autoreset mode's
+            reset, seeded from each env's last seed and restart count; the other shards'
+            results as they came. A call (``call``, ``get_attr``, ``set_attr``, ``render``)
+            during which a shard dies still raises.
+        max_restarts: with ``"restart"``, how many failures are recovered from in total
+            (over all shards); the next one raises as with ``"raise"``.
+        step_timeout: seconds a worker of a shard's FastVectorEnv may spend in a step
+            before it counts as failed (killed, then restarted or raised as
+            ``env_failure`` says). None: no limit.
 
     Faults: an exception of an env comes back with its own type, ``exc.env_index`` the
     global index, and the shard's traceback as ``exc.__cause__``
@@ -153,6 +191,9 @@ class RayVectorEnv(WorkerVectorEnv):
         batch_size: int | None = None,
         copy: bool = True,
         start_timeout: float = 120.0,
+        env_failure: str = "raise",
+        max_restarts: int = 100,
+        step_timeout: float | None = None,
     ) -> None:
         self._actors: list | None = None
         self._finalizer = None
@@ -186,8 +227,16 @@ class RayVectorEnv(WorkerVectorEnv):
         self._autoreset_disabled = self.autoreset_mode is AutoresetMode.DISABLED
         self.copy = bool(copy)
         vector_kwargs = dict(vector_kwargs or {})
-        if "autoreset_mode" in vector_kwargs:
-            raise TypeError("pass autoreset_mode to RayVectorEnv itself, not in vector_kwargs")
+        for key in ("autoreset_mode", "env_failure", "max_restarts", "step_timeout"):
+            if key in vector_kwargs:
+                raise TypeError(f"pass {key} to RayVectorEnv itself, not in vector_kwargs")
+        check_failure_arguments(env_failure, max_restarts, bool(vector_kwargs.get("step_in_caller")))
+        step_timeout = checked_step_timeout(step_timeout)
+        self.max_restarts = int(max_restarts)
+        self._failure = {"env_failure": env_failure, "max_restarts": self.max_restarts, "step_timeout": step_timeout}
+        self._vector_kwargs = vector_kwargs
+        self._restarts = Restarts(self.num_envs, "RayVectorEnv", "shard") if env_failure == "restart" else None
+        self._start_timeout = start_timeout
         if not ray.is_initialized():
             ray.init()
         if num_shards is None:
@@ -205,18 +254,14 @@ class RayVectorEnv(WorkerVectorEnv):
         self.shard_options = [{**DEFAULT_SHARD_OPTIONS, **o} for o in per_shard_options]
 
         # -- the shards ------------------------------------------------------------------
-        actor_class = _actor_class()
         actors = []
         self._actors = actors
         self._finalizer = weakref.finalize(self, _kill_actors, actors)
+        self._sources = [("fns", self.env_fns[start:stop]) if self.env_fns is not None
+                         else ("id", env_fns, env_kwargs, wrappers) for start, stop in self._ranges]
         try:
-            for k, (start, stop) in enumerate(self._ranges):
-                if self.env_fns is not None:
-                    source = ("fns", self.env_fns[start:stop])
-                else:
-                    source = ("id", env_fns, env_kwargs, wrappers)
-                actors.append(actor_class.options(**self.shard_options[k]).remote(
-                    k, stop - start, source, self.autoreset_mode, vector_kwargs))
+            for k in range(self.num_shards):
+                actors.append(self._new_actor(k))
             self._nodes: list[dict] = [{} for _ in actors]
             hellos = self._hellos(start_timeout)
         except BaseException:
@@ -227,6 +272,11 @@ class RayVectorEnv(WorkerVectorEnv):
         self._setup(hellos)
 
     # -- construction ------------------------------------------------------------------
+    def _new_actor(self, k: int):
+        start, stop = self._ranges[k]
+        return _actor_class().options(**self.shard_options[k]).remote(
+            k, stop - start, self._sources[k], self.autoreset_mode, self._vector_kwargs, self._failure)
+
     def _hellos(self, timeout: float) -> list[dict]:
         refs = [actor.hello.remote() for actor in self._actors]
         ready, waiting = ray.wait(refs, num_returns=len(refs), timeout=timeout)
@@ -295,6 +345,9 @@ class RayVectorEnv(WorkerVectorEnv):
         self._all_rows = np.arange(self.num_envs)
         # send/recv: the shards with a command out, shard -> ref (those handed back by recv: _ready)
         self._inflight: dict[int, Any] = {}
+        # with env_failure="restart": what each shard with a step or reset out was sent
+        # (("step",) or ("reset", seeds, options)): a shard that dies then is started again
+        self._out: dict[int, tuple] = {}
         self._next_shard = 0
         self._nodes_checked = time.monotonic()
 
@@ -314,6 +367,14 @@ class RayVectorEnv(WorkerVectorEnv):
         """Per shard: the (start, stop) of its envs."""
         return list(self._ranges)
 
+    @property
+    def restarts(self) -> np.ndarray:
+        """How many times each env was built again after a failure (``env_failure="restart"``;
+        zeros otherwise): by its shard's FastVectorEnv, or with its whole shard."""
+        if self._restarts is None:
+            return np.zeros(self.num_envs, dtype=np.int64)
+        return self._restarts.counts.copy()
+
     # -- the step ------------------------------------------------------------------------
     def step(self, actions):
         """Step every env with its action; returns (obs, rewards, terminations, truncations, infos)."""
@@ -332,6 +393,8 @@ class RayVectorEnv(WorkerVectorEnv):
         parts = self._split_actions(actions, self._all_shards, None)
         self._check_ray()
         self._pending = [(k, method.remote(part)) for k, (method, part) in enumerate(zip(self._step_methods, parts))]
+        if self._restarts is not None:
+            self._out = {k: ("step",) for k in self._all_shards}
         self._state = CallState.WAITING_STEP
 
     def step_wait(self, timeout: float | None = None):
@@ -339,15 +402,20 @@ class RayVectorEnv(WorkerVectorEnv):
         self._assert_pending(CallState.WAITING_STEP, "step_wait")
         replies = self._get(self._pending, timeout, "step_wait")
         self._state = CallState.DEFAULT
+        self._out = {}
+        last = self._last_observations(replies)
         infos = self._unpack(replies, self._all_rows_of, self.num_envs)
+        obs = self._observations()
+        if self._restarts is not None:
+            obs, infos = self._report_restarts(obs, last, infos)
         if self._autoreset_disabled:
             np.logical_or(self._terminations, self._truncations, out=self._autoreset_envs)
-        return self._observations(), self._out(self._rewards), self._out(self._terminations), self._out(self._truncations), infos
+        return obs, self._copied(self._rewards), self._copied(self._terminations), self._copied(self._truncations), infos
 
     def _all_rows_of(self, k: int) -> np.ndarray:
         return self._all_rows[self._starts[k]:self._stops[k]]
 
-    def _out(self, array: np.ndarray) -> np.ndarray:
+    def _copied(self, array: np.ndarray) -> np.ndarray:
         return array.copy() if self.copy else array
 
     def _split_actions(self, actions, shards: list[int], positions: dict[int, slice | np.ndarray] | None) -> list:
@@ -372,6 +440,14 @@ class RayVectorEnv(WorkerVectorEnv):
             self._raise_failures(failures, close=True)
         infos: dict[str, Any] = {}
         for k, reply in replies:
+            restarted = type(reply) is _Restarted
+            if restarted:
+                # (a shard started again during this step: its envs report a truncation, with
+                # their last observations, or with SAME_STEP the new envs' first ones)
+                self._mark_truncated(k)
+                reply = reply.reset
+                if reply is None:
+                    continue
             if type(reply) is bytes:
                 data, shard_infos, objects = reply, None, None
             else:
@@ -387,11 +463,46 @@ class RayVectorEnv(WorkerVectorEnv):
                         store[start:stop] = next(values)
             if shard_infos:
                 merge_infos(infos, shard_infos, rows_of(k), total)
+            if restarted:
+                self._mark_truncated(k)
         return infos
+
+    def _mark_truncated(self, k: int) -> None:
+        rows = slice(self._starts[k], self._stops[k])
+        self._rewards[rows] = 0.0
+        self._terminations[rows] = False
+        self._truncations[rows] = True
+
+    def _last_observations(self, replies: list[tuple[int, Any]]):
+        """Every env's observation as the last step left it (a copy), when the replies hold
+        a shard started again whose new envs' first observations overwrite them (SAME_STEP:
+        the last ones go to ``final_obs``); else None."""
+        if any(type(reply) is _Restarted and reply.reset is not None for _, reply in replies):
+            return self._observation_rows(self._all_rows)
+        return None
+
+    def _report_restarts(self, obs, last, infos: dict, env_ids: np.ndarray | None = None):
+        """With ``env_failure="restart"``: count the envs the shards' FastVectorEnvs rebuilt
+        (from ``infos``), raise once the budget is overdrawn, and mark the envs of the shards
+        started again (see :meth:`fastvec.vector._restarts.Restarts.report`). ``env_ids``:
+        the env of each row (default: row k is env k)."""
+        restarts = self._restarts
+        restarts.learn(infos, env_ids)
+        if restarts.total > self.max_restarts:
+            errors = infos.get("env_error")
+            flags = infos.get("env_restarted")
+            last_error = errors[np.flatnonzero(flags)[-1]] if flags is not None and flags.any() else "?"
+            self._shutdown(terminate=True)
+            raise WorkerError(f"RayVectorEnv: max_restarts={self.max_restarts} restarts spent (restarts per env: "
+                              f"{restarts.counts.tolist()}); the last failure: {last_error}. The vector env is closed.")
+        if restarts.unreported:
+            rows_of = None if env_ids is None else {int(e): k for k, e in enumerate(env_ids)}
+            obs, infos = restarts.report(obs, last, infos, rows_of, same_step=self.autoreset_mode is AutoresetMode.SAME_STEP)
+        return obs, infos
 
     def _observations(self):
         if self._single_obs is not None:
-            return self._out(self._single_obs)
+            return self._copied(self._single_obs)
         return self._observation_rows(slice(None))
 
     def _observation_rows(self, rows: slice | np.ndarray):
@@ -423,6 +534,10 @@ class RayVectorEnv(WorkerVectorEnv):
                 shard_options = dict(options or {})
                 shard_options["reset_mask"] = mask[start:stop].copy()
             pending.append((k, actor.reset.remote(seeds[start:stop], shard_options)))
+            if self._restarts is not None:
+                self._out[k] = ("reset", seeds[start:stop], shard_options)
+        if self._restarts is not None:
+            self._restarts.remember_seeds([s if mask is None or mask[e] else None for e, s in enumerate(seeds)])
         if mask is None:
             self._autoreset_envs[:] = False
         else:
@@ -435,8 +550,12 @@ class RayVectorEnv(WorkerVectorEnv):
         self._assert_pending(CallState.WAITING_RESET, "reset_wait")
         replies = self._get(self._pending, timeout, "reset_wait")
         self._state = CallState.DEFAULT
+        self._out = {}
         infos = self._unpack(replies, self._all_rows_of, self.num_envs)
-        return self._observations(), infos
+        obs = self._observations()
+        if self._restarts is not None:
+            obs, infos = self._report_restarts(obs, None, infos)
+        return obs, infos
 
     # -- async: send / recv ----------------------------------------------------------------
     def async_reset(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
@@ -468,6 +587,8 @@ class RayVectorEnv(WorkerVectorEnv):
         for k, part in zip(shards, parts):
             self._inflight[k] = self._step_methods[k].remote(part)
             self._ready[k] = 0
+            if self._restarts is not None:
+                self._out[k] = ("step",)
 
     def _send_targets(self, env_ids) -> tuple[list[int], dict[int, slice | np.ndarray]]:
         """The shards ``env_ids`` covers (whole shards only; see ``_whole_workers``) and, per
@@ -521,6 +642,8 @@ class RayVectorEnv(WorkerVectorEnv):
         for k in got:
             del self._inflight[k]
             self._ready[k] = 1
+            self._out.pop(k, None)
+        last = self._last_observations(replies)
         offsets, total = {}, 0
         for k in got:
             offsets[k] = total
@@ -531,10 +654,13 @@ class RayVectorEnv(WorkerVectorEnv):
             np.concatenate([self._all_rows_of(k) for k in got])
         infos["env_id"] = env_ids
         rows = slice(self._starts[got[0]], self._stops[got[-1]]) if contiguous else env_ids
+        obs = self._observation_rows(rows)
+        if self._restarts is not None:
+            obs, infos = self._report_restarts(obs, last, infos, env_ids)
         if self._autoreset_disabled:
             self._autoreset_envs[rows] = self._terminations[rows] | self._truncations[rows]
         return (
-            self._observation_rows(rows),
+            obs,
             self._rewards[rows].copy() if contiguous else self._rewards[rows],
             self._terminations[rows].copy() if contiguous else self._terminations[rows],
             self._truncations[rows].copy() if contiguous else self._truncations[rows],
@@ -548,6 +674,7 @@ class RayVectorEnv(WorkerVectorEnv):
         pairs = sorted(self._inflight.items())
         self._inflight = {}
         replies = self._get(pairs, None, "reset")
+        self._out = {}
         failures = [(k, reply) for k, reply in replies if type(reply) is Failure]
         if failures:
             self._raise_failures(failures, close=True)
@@ -600,6 +727,7 @@ class RayVectorEnv(WorkerVectorEnv):
         :data:`CHECK_INTERVAL_S`, after each of which the refs that are ready are checked
         for an error.
         """
+        pairs = list(pairs)
         refs = [ref for _, ref in pairs]
         if not ray.is_initialized():
             self._died(pairs[0][0] if pairs else 0, None, "Ray was shut down (ray.shutdown()), and its actors with it")
@@ -607,15 +735,22 @@ class RayVectorEnv(WorkerVectorEnv):
         while True:
             chunk = CHECK_INTERVAL_S if deadline is None else max(0.0, min(CHECK_INTERVAL_S, deadline - time.perf_counter()))
             try:
-                values = ray.get(refs, timeout=chunk)
-                break
-            except ray.exceptions.GetTimeoutError:
-                self._check_ready(pairs)
-                if deadline is not None and time.perf_counter() >= deadline:
-                    raise multiprocessing.TimeoutError(
-                        f"The call to `{caller}` has timed out after {timeout} second(s); it is still pending.") from None
-            except ray.exceptions.RayError as exc:
-                self._died(self._failed_shard(pairs, exc), exc)
+                try:
+                    values = ray.get(refs, timeout=chunk)
+                    break
+                except ray.exceptions.GetTimeoutError:
+                    self._check_ready(pairs)
+                    if deadline is not None and time.perf_counter() >= deadline:
+                        raise multiprocessing.TimeoutError(
+                            f"The call to `{caller}` has timed out after {timeout} second(s); it is still pending.") from None
+                except ray.exceptions.RayError as exc:
+                    self._died(self._failed_shard(pairs, exc), exc)
+            except _ShardLost as lost:
+                # (env_failure="restart": a new shard takes the dead one's place; what it
+                # answers stands for the dead one's reply, and the wait goes on for the rest)
+                i = [k for k, _ in pairs].index(lost.k)
+                pairs[i] = (lost.k, ray.put(self._replace_shard(lost.k, lost.error)))
+                refs[i] = pairs[i][1]
         return [(k, value) for (k, _), value in zip(pairs, values)]
 
     def _check_ready(self, pairs: list[tuple[int, Any]]) -> None:
@@ -643,6 +778,53 @@ class RayVectorEnv(WorkerVectorEnv):
                 if self._nodes[k].get("node_id") not in alive:
                     self._died(k, None, f"its node {self._nodes[k].get('node_id')} is dead (Ray's node table)")
 
+    def _replace_shard(self, k: int, error: str):
+        """``env_failure="restart"``: start a new actor for shard ``k``, whose actor died with a
+        step or a reset out (``error``: how), if the budget allows (else raise as with
+        ``"raise"``). Returns what stands for the dead shard's reply: for a step, a
+        :class:`_Restarted`; for a reset, the new shard's reset of every one of its envs."""
+        restarts = self._restarts
+        if restarts.total >= self.max_restarts:
+            logger.error(f"RayVectorEnv: max_restarts={self.max_restarts} restarts spent (restarts per env: "
+                         f"{restarts.counts.tolist()}); this failure ends the vector env.")
+            self._died(k, None, error, final=True)
+        out = self._out.pop(k)
+        envs = list(range(self._starts[k], self._stops[k]))
+        restarts.record(envs, error, "")
+        try:
+            ray.kill(self._actors[k], no_restart=True)
+        except Exception:
+            pass
+        actor = self._new_actor(k)
+        self._actors[k] = actor  # (the same list the finalizer kills)
+        self._step_methods[k] = actor.step
+        try:
+            hello = ray.get(actor.hello.remote(), timeout=self._start_timeout)
+        except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError) as exc:
+            self._died(k, exc, f"the shard started in place of a dead one did not start: {_first_line(exc)}", final=True)
+        if isinstance(hello, Failure):
+            self._raise_failure(k, hello)  # (its envs' constructor failed: retrying would loop)
+        if (hello["single_observation_space"] != self.single_observation_space
+                or hello["single_action_space"] != self.single_action_space):
+            self._shutdown(terminate=True)
+            raise RuntimeError(f"RayVectorEnv: shard {k}, started again, has spaces {hello['single_observation_space']}"
+                               f" / {hello['single_action_space']}, not {self.single_observation_space} / "
+                               f"{self.single_action_space}; the vector env is closed.")
+        self._nodes[k] = {"node_id": hello["node_id"], "node_ip": hello["node_ip"], "pid": hello["pid"]}
+        seeds = [derived_seed(restarts.seeds[e], int(restarts.counts[e])) for e in envs]
+        if out[0] == "step":
+            reply = self._get_one(k, actor.restarted.remote(seeds))
+            return reply if type(reply) is Failure else _Restarted(reply)
+        options = {key: value for key, value in (out[2] or {}).items() if key != "reset_mask"}
+        return self._get_one(k, actor.reset.remote(seeds, options or None))
+
+    def _get_one(self, k: int, ref):
+        """The reply of one call to the shard started again (a second death raises)."""
+        try:
+            return ray.get(ref, timeout=self._start_timeout)
+        except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError) as exc:
+            self._died(k, exc, final=True)
+
     def _failed_shard(self, pairs: list[tuple[int, Any]], exc: BaseException) -> int:
         """Which shard's ref holds the error ``ray.get`` raised (the first that does)."""
         for k, ref in pairs:
@@ -654,10 +836,15 @@ class RayVectorEnv(WorkerVectorEnv):
                     return k
         return pairs[0][0]
 
-    def _died(self, k: int, exc: BaseException | None, how: str | None = None) -> None:
+    def _died(self, k: int, exc: BaseException | None, how: str | None = None, final: bool = False) -> None:
+        """Shard ``k`` died (``exc``: Ray's error, ``how``: in words): raise WorkerDiedError,
+        closing the vector env; or, with ``env_failure="restart"`` and a step or a reset
+        out to it, raise :class:`_ShardLost` for the wait to start it again."""
+        how = how or _first_line(exc)
+        if not final and self._restarts is not None and k in self._out and ray.is_initialized():
+            raise _ShardLost(k, f"the shard's actor died: {how}")
         node = self._nodes[k] if k < len(self._nodes) else {}
         where = f"node {node.get('node_id', '?')} ({node.get('node_ip', '?')}), actor pid {node.get('pid', '?')}"
-        how = how or _first_line(exc)
         self._shutdown(terminate=True)
         error = WorkerDiedError(f"RayVectorEnv shard {k} (envs {self._env_range(k)}) on {where} died: {how}; "
                                 "the vector env is closed.", k)
@@ -733,6 +920,7 @@ class RayVectorEnv(WorkerVectorEnv):
         self._state = CallState.DEFAULT
         self._pending = []
         self._inflight = {}
+        self._out = {}
         if self._finalizer is not None:
             self._finalizer()  # kills the actors (once)
         self._actors = None

@@ -64,8 +64,10 @@ class Restarts:
         ([None, 13], [1, 1])
     """
 
-    def __init__(self, num_envs: int):
+    def __init__(self, num_envs: int, owner: str = "FastVectorEnv", part: str = "worker"):
         self.num_envs = num_envs
+        self.owner = owner  # (the vector env the log names, and what of it is restarted)
+        self.part = part
         #: how many times each env was built again
         self.counts = np.zeros(num_envs, dtype=np.int64)
         self.total = 0  # failures recovered from
@@ -90,7 +92,7 @@ class Restarts:
         self.total += 1
         self.counts[envs] += 1
         self.unreported.append((list(envs), error))
-        logger.warning("FastVectorEnv restarts the worker of envs %s after: %s\n%s", envs, error, trace)
+        logger.warning("%s restarts the %s of envs %s after: %s\n%s", self.owner, self.part, envs, error, trace)
 
     def learn(self, infos: dict, env_of_row: Any = None) -> None:
         """Count the envs a worker rebuilt during a step, from the step's ``infos``
@@ -102,7 +104,7 @@ class Restarts:
             env = row if env_of_row is None else int(env_of_row[row])
             self.total += 1
             self.counts[env] += 1
-            logger.warning("FastVectorEnv: env %d was rebuilt after: %s", env, infos["env_error"][row])
+            logger.warning("%s: env %d was rebuilt after: %s", self.owner, env, infos["env_error"][row])
 
     def report(self, obs: Any, last_obs: Any, infos: dict, rows_of: dict | None = None,
                same_step: bool = False) -> tuple[Any, dict]:
