@@ -30,6 +30,7 @@ MODULES = [
     "fastvec.vector._batch_tree",
     "fastvec.vector._omp_park",
     "fastvec.vector._openmp",
+    "fastvec.vector.multi_agent_vector_env",
     "fastvec.vector._restarts",
     "fastvec.vector._worker_faults",
     "fastvec.vector._worker_vector_env",

@@ -207,3 +207,65 @@ class FlakyEnv(gym.Env):
                 time.sleep(3600)
         obs = self.np_random.uniform(-1, 1, 3).astype(np.float32)
         return obs, float(self.t) + float(action), self.t >= self.episode, False, {"t": self.t}
+
+
+class Arena:
+    """A PettingZoo-style ParallelEnv (its API, no PettingZoo needed) whose agents come and go:
+    ``a2`` spawns at step 2, ``a1`` is terminated at step 4, and the episode is truncated for
+    every agent left at step ``length`` (5 to 8, drawn at reset). Observations, rewards and
+    the length come from the seeded RNG. ``dict_obs``: observations are
+    ``{"observation": Box(3), "action_mask": MultiBinary(3)}``. ``spaces_differ``: ``a1``'s
+    observation space is wider (for the error test)."""
+
+    possible_agents = ["a0", "a1", "a2"]
+    metadata = {"name": "arena"}
+
+    def __init__(self, dict_obs=False, spaces_differ=False):
+        self.dict_obs = dict_obs
+        self.spaces_differ = spaces_differ
+        self.np_random = np.random.default_rng()
+        self.agents: list = []
+
+    def observation_space(self, agent):
+        box = spaces.Box(-1.0, 1.0, (4 if self.spaces_differ and agent == "a1" else 3,), np.float32)
+        if self.dict_obs:
+            return spaces.Dict({"observation": box, "action_mask": spaces.MultiBinary(3)})
+        return box
+
+    def action_space(self, agent):
+        return spaces.Discrete(3)
+
+    def _obs(self, agent):
+        x = self.np_random.uniform(-1, 1, 3).astype(np.float32)
+        if self.dict_obs:
+            return {"observation": x, "action_mask": (self.np_random.random(3) < 0.7).astype(np.int8)}
+        return x
+
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            self.np_random = np.random.default_rng(seed)
+        self.t = 0
+        self.length = int(self.np_random.integers(5, 9))
+        self.agents = ["a0", "a1"]
+        return {a: self._obs(a) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        self.t += 1
+        acting = list(self.agents)
+        obs = {a: self._obs(a) for a in acting}
+        rewards = {a: float(self.t + 0.1 * actions[a] + self.possible_agents.index(a)) for a in acting}
+        terminations = {a: a == "a1" and self.t == 4 for a in acting}
+        truncations = {a: self.t >= self.length for a in acting}
+        infos = {a: {} for a in acting}
+        self.agents = [a for a in acting if not (terminations[a] or truncations[a])]
+        if self.t == 2 and self.t < self.length:  # a2 spawns: its first observation comes now
+            self.agents.append("a2")
+            obs["a2"], rewards["a2"], terminations["a2"], truncations["a2"], infos["a2"] = \
+                self._obs("a2"), 0.0, False, False, {}
+        return obs, rewards, terminations, truncations, infos
+
+    def render(self):
+        return None
+
+    def close(self):
+        pass

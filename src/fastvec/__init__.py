@@ -11,13 +11,14 @@ from fastvec.native import get_include
 from fastvec.replay import MinTree, PrioritizedReplayBuffer, SumTree
 from fastvec.vector.native_vector_env import NativeVectorEnv
 from fastvec.vector.fast_vector_env import FastVectorEnv
+from fastvec.vector.multi_agent_vector_env import MultiAgentVectorEnv
 
 __version__ = "0.1.0"
 
 registration.install()
 
 __all__ = [
-    "FastVectorEnv", "NativeVectorEnv", "RemoteTraceback", "WorkerDiedError", "WorkerError",
+    "FastVectorEnv", "MultiAgentVectorEnv", "NativeVectorEnv", "RemoteTraceback", "WorkerDiedError", "WorkerError",
     "get_include", "registration", "spaces",
     "gae", "gae_sb3", "gae_terminated_truncated", "vtrace",
     "SumTree", "MinTree", "PrioritizedReplayBuffer",

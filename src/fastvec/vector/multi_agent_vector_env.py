@@ -1,0 +1,240 @@
+"""MultiAgentVectorEnv: PettingZoo Parallel envs as a Gymnasium vector env of agent rows."""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from fastvec.vector._agent_rows import AgentRows
+from fastvec.vector.fast_vector_env import FastVectorEnv
+
+__all__ = ["MultiAgentVectorEnv"]
+
+
+class MultiAgentVectorEnv(VectorEnv):
+    """PettingZoo ``ParallelEnv``\\ s as one Gymnasium vector env whose rows are (env, agent)
+    pairs: env-major, the agents of each env in ``possible_agents`` order.
+
+    The envs run in FastVectorEnv's worker processes (each ``env_fns[i]`` is called there),
+    every agent's observation, action, reward and flags in the shared block: nothing is
+    pickled on a common step. ``num_envs`` is the number of rows (envs x agents);
+    ``single_observation_space``/``single_action_space`` are one agent's;
+    ``num_agents`` (agents per env) and ``possible_agents`` say which row is which. Env ``i``
+    is seeded with ``seed + i``, whatever the number of workers.
+
+    **Agents that leave or have not yet come.** On the step an agent leaves (terminated or
+    truncated), its row carries its real last observation, reward and flags. Until its env
+    resets, its row is *absent*: observation zeros (an ``action_mask`` leaf all ones),
+    reward 0, ``terminated=True``, ``truncated=False``; the actions given for it are
+    ignored. :attr:`agent_mask` (and ``infos["agent_mask"]``) is True where the agent is
+    present. An env ends once none of its agents is left, or all that reported are
+    terminated or truncated; its rows then autoreset as ``autoreset_mode`` says (NEXT_STEP:
+    the next step returns its reset; SAME_STEP: at once, the last observations in
+    ``infos["final_obs"]`` row by row). No ``black_death`` wrapper is needed.
+
+    Example (a two-agent env written here; PettingZoo's own envs work the same way):
+        >>> import numpy as np
+        >>> from gymnasium import spaces
+        >>> from fastvec import MultiAgentVectorEnv
+        >>> class Duel:  # the ParallelEnv API: possible_agents, agents, spaces, reset, step
+        ...     possible_agents = ["left", "right"]
+        ...     metadata = {}
+        ...     def observation_space(self, agent): return spaces.Box(-1.0, 1.0, (2,), np.float32)
+        ...     def action_space(self, agent): return spaces.Discrete(3)
+        ...     def reset(self, seed=None, options=None):
+        ...         self.agents, self.t = list(self.possible_agents), 0
+        ...         return {a: np.zeros(2, np.float32) for a in self.agents}, {a: {} for a in self.agents}
+        ...     def step(self, actions):
+        ...         self.t += 1
+        ...         obs = {a: np.full(2, self.t / 10, np.float32) for a in actions}
+        ...         rewards = {a: float(actions[a]) for a in actions}
+        ...         done = {a: self.t == 3 for a in actions}
+        ...         self.agents = [] if self.t == 3 else self.agents
+        ...         return obs, rewards, done, {a: False for a in actions}, {a: {} for a in actions}
+        >>> envs = MultiAgentVectorEnv([Duel, Duel, Duel])
+        >>> envs.num_envs, envs.num_agents, envs.possible_agents
+        (6, 2, ['left', 'right'])
+        >>> obs, infos = envs.reset(seed=0)
+        >>> obs.shape
+        (6, 2)
+        >>> obs, rewards, terminated, truncated, infos = envs.step(np.array([0, 1, 2, 0, 1, 2]))
+        >>> rewards
+        array([0., 1., 2., 0., 1., 2.])
+        >>> envs.agent_mask.all()
+        np.True_
+        >>> envs.close()
+
+    Args:
+        env_fns: one constructor per env, each returning a PettingZoo ``ParallelEnv`` (called
+            in a worker process). Every env must have the same ``possible_agents``, and every
+            agent the same observation and action spaces.
+        num_workers: worker processes (default: one per usable core, at most one per env).
+        autoreset_mode: ``NEXT_STEP`` (default), ``SAME_STEP`` or ``DISABLED``.
+        **vector_kwargs: the rest of :class:`fastvec.FastVectorEnv`'s keywords
+            (``context``, ``pin_workers``, ``env_failure``, ...), except ``batch_size`` and
+            ``step_in_caller``.
+
+    Raises:
+        TypeError: ``env_fns`` not a sequence of callables, an env that is not a
+            ParallelEnv, or a keyword this class does not take.
+        ValueError: envs whose ``possible_agents`` differ, agents whose spaces differ.
+    """
+
+    def __init__(self, env_fns: Sequence[Callable[[], Any]], num_workers: int | None = None, *,
+                 autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP, **vector_kwargs: Any) -> None:
+        self._envs: FastVectorEnv | None = None
+        for key in ("batch_size", "step_in_caller", "observation_mode"):
+            if key in vector_kwargs:
+                raise TypeError(f"MultiAgentVectorEnv does not take {key!r}")
+        try:
+            env_fns = list(env_fns)
+        except TypeError:
+            raise TypeError(f"env_fns must be a sequence of callables that build ParallelEnvs, "
+                            f"got {type(env_fns).__name__}") from None
+        for k, fn in enumerate(env_fns):
+            if not callable(fn):
+                raise TypeError(f"env_fns[{k}] is not callable: got {type(fn).__name__}")
+        self._envs = FastVectorEnv([_RowsMaker(fn) for fn in env_fns], num_workers, autoreset_mode=autoreset_mode,
+                                   **vector_kwargs)
+        try:
+            agents = self._envs.get_attr("possible_agents")
+            for k, other in enumerate(agents[1:], 1):
+                if list(other) != list(agents[0]):
+                    raise ValueError(f"env {k}'s possible_agents {list(other)} differ from env 0's {list(agents[0])}")
+            self.possible_agents = list(agents[0])
+            self.agent_observation_space = self._envs.get_attr("agent_observation_space")[0]
+            self.agent_action_space = self._envs.get_attr("agent_action_space")[0]
+        except BaseException:
+            self._envs.close()
+            raise
+        self.num_agents = len(self.possible_agents)
+        self.num_parallel_envs = self._envs.num_envs
+        self.num_envs = self.num_parallel_envs * self.num_agents
+        self.single_observation_space = self.agent_observation_space
+        self.single_action_space = self.agent_action_space
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self.autoreset_mode = self._envs.autoreset_mode
+        self.metadata = dict(self._envs.metadata)
+        self.metadata["autoreset_mode"] = self.autoreset_mode
+        self.render_mode = self._envs.render_mode
+        #: True where the row's agent is in its env (see the class docstring)
+        self.agent_mask = np.zeros(self.num_envs, bool)
+
+    # -- the Gymnasium API ------------------------------------------------------------------
+    def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None):
+        """Reset every env (env ``i`` with ``seed + i``); returns (observations, infos) by row."""
+        obs, infos = self._envs.reset(seed=seed, options=options)
+        self.agent_mask = infos["agent_mask"].reshape(-1).copy()
+        return self._rows(obs), self._row_infos(infos)
+
+    def step(self, actions):
+        """Step every env with its agents' actions (one row each; absent agents' ignored);
+        returns (observations, rewards, terminations, truncations, infos) by row."""
+        obs, _, _, _, infos = self._envs.step(self._per_env(actions))
+        rewards = infos["agent_rewards"].copy()
+        terminated = infos["agent_terminated"].copy()
+        truncated = infos["agent_truncated"].copy()
+        ended = infos.get("_final_obs")
+        if ended is not None and ended.any():
+            # SAME_STEP: an env that ended comes back reset; its step's rows are in final_info
+            final = infos["final_info"]
+            for key, out in (("agent_rewards", rewards), ("agent_terminated", terminated),
+                             ("agent_truncated", truncated)):
+                out[ended] = final[key][ended]
+        self.agent_mask = infos["agent_mask"].reshape(-1).copy()
+        return (self._rows(obs), rewards.reshape(-1), terminated.reshape(-1), truncated.reshape(-1),
+                self._row_infos(infos))
+
+    def render(self):
+        return self._envs.render()
+
+    def __enter__(self) -> "MultiAgentVectorEnv":
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.close()
+        return False
+
+    def close_extras(self, **kwargs: Any) -> None:
+        if self._envs is not None:
+            self._envs.close(**kwargs)
+
+    @property
+    def closed(self) -> bool:
+        return self._envs is None or self._envs.closed
+
+    @closed.setter
+    def closed(self, value: bool) -> None:  # (VectorEnv.close sets it)
+        pass
+
+    @property
+    def vector_env(self) -> FastVectorEnv:
+        """The FastVectorEnv of one row per env (an env's agents stacked in its observation)."""
+        return self._envs
+
+    # -- rows <-> envs ----------------------------------------------------------------------------
+    def _rows(self, batch):
+        """(envs, agents, ...) leaves as (envs * agents, ...)."""
+        if isinstance(batch, dict):
+            return {key: self._rows(value) for key, value in batch.items()}
+        if isinstance(batch, tuple):
+            return tuple(self._rows(value) for value in batch)
+        return batch.reshape(self.num_envs, *batch.shape[2:])
+
+    def _per_env(self, actions):
+        """(envs * agents, ...) actions as (envs, agents, ...)."""
+        if isinstance(actions, dict):
+            return {key: self._per_env(value) for key, value in actions.items()}
+        if isinstance(actions, tuple):
+            return tuple(self._per_env(value) for value in actions)
+        actions = np.asarray(actions)
+        if actions.shape[:1] != (self.num_envs,):
+            raise ValueError(f"expected one action per row, {self.num_envs} ({self.num_parallel_envs} envs x "
+                             f"{self.num_agents} agents), got an array of shape {actions.shape}")
+        return actions.reshape(self.num_parallel_envs, self.num_agents, *actions.shape[1:])
+
+    def _row_infos(self, infos: dict) -> dict:
+        """The envs' infos by row: the per-agent arrays reshaped; ``final_obs`` split into its
+        agents' rows (SAME_STEP)."""
+        rows: dict[str, Any] = {"agent_mask": infos["agent_mask"].reshape(-1).copy(),
+                                "_agent_mask": np.ones(self.num_envs, bool)}
+        ended = infos.get("_final_obs")
+        if ended is not None and ended.any():
+            final_obs = np.empty(self.num_envs, dtype=object)
+            for e in np.flatnonzero(ended).tolist():
+                last = infos["final_obs"][e]
+                for a in range(self.num_agents):
+                    final_obs[e * self.num_agents + a] = _agent_of(last, a)
+            rows["final_obs"] = final_obs
+            rows["_final_obs"] = np.repeat(ended, self.num_agents)
+        for key in ("env_restarted", "env_error"):
+            if key in infos:
+                rows[key] = np.repeat(infos[key], self.num_agents)
+                rows[f"_{key}"] = np.repeat(infos[f"_{key}"], self.num_agents)
+        return rows
+
+    def __repr__(self) -> str:
+        return f"MultiAgentVectorEnv({self.num_parallel_envs} envs x {self.num_agents} agents)"
+
+
+def _agent_of(obs, a: int):
+    """Agent ``a``'s observation out of one env's stacked observation."""
+    if isinstance(obs, dict):
+        return {key: _agent_of(value, a) for key, value in obs.items()}
+    if isinstance(obs, tuple):
+        return tuple(_agent_of(value, a) for value in obs)
+    return obs[a].copy()
+
+
+class _RowsMaker:
+    """``env_fn`` wrapped into an :class:`AgentRows` builder (picklable: a plain class)."""
+
+    def __init__(self, env_fn: Callable[[], Any]):
+        self.env_fn = env_fn
+
+    def __call__(self) -> AgentRows:
+        return AgentRows(self.env_fn)
+
