@@ -30,6 +30,7 @@ SECTIONS = {
     "real": "MuJoCo and Atari Pong on every vector backend vs the cores' limit (the `real` extra)",
     "ray": "RayVectorEnv: one shard's round trip vs local stepping, scaling over shards (the `ray` extra)",
     "train": "Training loops (CleanRL PPO, SB3 PPO, an Atari rollout) on each backend, torch at default threads and 1",
+    "multiagent": "PettingZoo Parallel envs: MultiAgentVectorEnv vs SuperSuit (the `pettingzoo` extra and SuperSuit)",
 }
 
 
