@@ -62,8 +62,8 @@ class MultiAgentVectorEnv(VectorEnv):
         >>> obs, rewards, terminated, truncated, infos = envs.step(np.array([0, 1, 2, 0, 1, 2]))
         >>> rewards
         array([0., 1., 2., 0., 1., 2.])
-        >>> envs.agent_mask.all()
-        np.True_
+        >>> bool(envs.agent_mask.all())
+        True
         >>> envs.close()
 
     Args:
