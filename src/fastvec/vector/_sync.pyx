@@ -347,6 +347,11 @@ cdef int start_command(uint32_t *ctrl, Py_ssize_t worker, uint32_t command) exce
     return 0
 
 
+cdef inline bint _asleep_here(uint32_t *row, uint32_t here) noexcept nogil:
+    """The worker of ``row`` sleeps, on the CPU ``here`` names (its number plus one)."""
+    return fv_load(&row[<int>WORKER_SLEEPING]) != 0 and fv_load(&row[<int>WORKER_CPU]) == here
+
+
 cdef int start_commands(uint32_t *ctrl, const uint8_t *mask, Py_ssize_t workers,
                         uint32_t command) except -1:
     """Hand every worker whose ``mask`` byte is set a command, as :func:`start_command`
@@ -372,12 +377,12 @@ cdef int start_commands(uint32_t *ctrl, const uint8_t *mask, Py_ssize_t workers,
     here = <uint32_t>(cpu + 1) if cpu >= 0 else 0
     for w in range(workers):
         row = _row(ctrl, w)
-        if mask[w] and fv_load(&row[<int>WORKER_SLEEPING]) and (here == 0 or fv_load(&row[<int>WORKER_CPU]) != here):
+        if mask[w] and fv_load(&row[<int>WORKER_SLEEPING]) and (here == 0 or not _asleep_here(row, here)):
             fv_wake(&row[<int>CMD_SEQ])
     if here != 0:
         for w in range(workers):
             row = _row(ctrl, w)
-            if mask[w] and fv_load(&row[<int>WORKER_SLEEPING]) and fv_load(&row[<int>WORKER_CPU]) == here:
+            if mask[w] and _asleep_here(row, here):
                 fv_wake(&row[<int>CMD_SEQ])
     return 0
 
@@ -394,8 +399,7 @@ def sleepers_here_last(cnp.ndarray ctrl not None, list workers):
     for w in workers:
         if not 0 <= w < count:
             raise IndexError(f"worker {w} out of range for {count} workers")
-        row = _row(base, w)
-        if fv_load(&row[<int>WORKER_SLEEPING]) and fv_load(&row[<int>WORKER_CPU]) == <uint32_t>(cpu + 1):
+        if _asleep_here(_row(base, w), <uint32_t>(cpu + 1)):
             here.append(w)
         else:
             others.append(w)
