@@ -25,6 +25,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import batch_space, create_empty_array
 
+from fastvec.vector._batch_tree import copy_batch
+
 __all__ = ["AgentRows", "INFO_KEYS"]
 
 #: The info keys every step and reset of an AgentRows env carries, one value per agent.
@@ -137,7 +139,7 @@ class AgentRows(gym.Env):
         return present
 
     def _observation(self):
-        return _copy_tree(self._obs)
+        return copy_batch(self._obs)
 
     def _action_of(self, action, i: int):
         if isinstance(action, dict):
@@ -167,10 +169,3 @@ def _write_rows(batch, absent, observations: dict, index: dict, present: np.ndar
     for agent, value in observations.items():
         batch[index[agent]] = value
 
-
-def _copy_tree(batch):
-    if isinstance(batch, dict):
-        return {key: _copy_tree(value) for key, value in batch.items()}
-    if isinstance(batch, tuple):
-        return tuple(_copy_tree(value) for value in batch)
-    return batch.copy()

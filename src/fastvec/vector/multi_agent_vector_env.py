@@ -8,6 +8,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from fastvec.vector._agent_rows import AgentRows
+from fastvec.vector._batch_tree import row_of
 from fastvec.vector.fast_vector_env import FastVectorEnv
 
 __all__ = ["MultiAgentVectorEnv"]
@@ -207,7 +208,7 @@ class MultiAgentVectorEnv(VectorEnv):
             for e in np.flatnonzero(ended).tolist():
                 last = infos["final_obs"][e]
                 for a in range(self.num_agents):
-                    final_obs[e * self.num_agents + a] = _agent_of(last, a)
+                    final_obs[e * self.num_agents + a] = row_of(last, a)
             rows["final_obs"] = final_obs
             rows["_final_obs"] = np.repeat(ended, self.num_agents)
         for key in ("env_restarted", "env_error"):
@@ -218,15 +219,6 @@ class MultiAgentVectorEnv(VectorEnv):
 
     def __repr__(self) -> str:
         return f"MultiAgentVectorEnv({self.num_parallel_envs} envs x {self.num_agents} agents)"
-
-
-def _agent_of(obs, a: int):
-    """Agent ``a``'s observation out of one env's stacked observation."""
-    if isinstance(obs, dict):
-        return {key: _agent_of(value, a) for key, value in obs.items()}
-    if isinstance(obs, tuple):
-        return tuple(_agent_of(value, a) for value in obs)
-    return obs[a].copy()
 
 
 class _RowsMaker:
