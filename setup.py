@@ -21,6 +21,7 @@ import sys
 import numpy as np
 from Cython.Build import cythonize
 from setuptools import Extension, find_packages, setup
+from setuptools.command.build_ext import build_ext
 
 compile_args = []
 link_args = []
@@ -66,12 +67,25 @@ extensions = [
 ]
 extensions.append(_extension("fastvec.native.examples.gridworld._kernel", os.path.join(EXAMPLE, "_kernel.pyx")))
 
+
+class ParallelBuildExt(build_ext):
+    """build_ext compiling the extensions on every core (setuptools compiles one at a time)."""
+
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if not self.parallel:
+            self.parallel = os.cpu_count() or 1
+
+
 setup(
+    cmdclass={"build_ext": ParallelBuildExt},
     package_dir={"": "src", "fastvec.native.examples.gridworld": EXAMPLE},
     packages=find_packages("src", include=["fastvec*"]) + ["fastvec.native.examples.gridworld"],
     ext_modules=cythonize(
         extensions,
         language_level=3,
+        # (a process pool: Windows would re-run this script in each worker)
+        nthreads=1 if sys.platform == "win32" else os.cpu_count() or 1,
         include_path=["src"],
         compiler_directives={
             "boundscheck": False,
