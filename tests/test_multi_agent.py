@@ -212,3 +212,44 @@ def test_butterfly_image_envs_rows_equal_the_reference_loop(name, kwargs):
 
     _, final = _run_against_reference(make, 2, AutoresetMode.SAME_STEP, 30, False, sample)
     assert final > 0
+
+
+@pytest.mark.parametrize("name, kwargs", [("pistonball_v6", {"max_cycles": 20}), ("cooperative_pong_v6", {"max_cycles": 20})])
+def test_rows_equal_supersuits_pipeline(name, kwargs):
+    """Parity with what users run today: SuperSuit's ``pettingzoo_env_to_vec_env_v1`` and
+    ``concat_vec_envs_v1(num_cpus=0)`` on the same seeds and actions. Both autoreset in the
+    step an env ends (SAME_STEP here), so observations, rewards and flags agree row for row
+    over several episodes, and SuperSuit's ``terminal_observation`` is fastvec's ``final_obs``."""
+    module = pytest.importorskip(f"pettingzoo.butterfly.{name}")
+    ss = pytest.importorskip("supersuit")
+    make = functools.partial(module.parallel_env, **kwargs)
+    n = 2
+    reference = ss.concat_vec_envs_v1(ss.pettingzoo_env_to_vec_env_v1(make()), n, num_cpus=0, base_class="gymnasium")
+    space = reference.action_space
+    rng = np.random.default_rng(3)
+    episodes_ended = 0
+    with MultiAgentVectorEnv([make] * n, num_workers=2, autoreset_mode=AutoresetMode.SAME_STEP) as envs:
+        assert envs.num_envs == reference.num_envs
+        obs, _ = envs.reset(seed=7)
+        want_obs, _ = reference.reset(seed=7)
+        np.testing.assert_array_equal(obs, want_obs, err_msg="reset")
+        for t in range(42):
+            if hasattr(space, "n"):
+                actions = rng.integers(0, space.n, envs.num_envs)
+            else:
+                actions = rng.uniform(space.low, space.high, (envs.num_envs, *space.shape)).astype(space.dtype)
+            obs, rewards, terminated, truncated, infos = envs.step(actions)
+            want_obs, want_rewards, want_terminated, want_truncated, want_infos = reference.step(actions)
+            where = f"{name} t={t}"
+            np.testing.assert_array_equal(obs, want_obs, err_msg=where)
+            # (SuperSuit stores rewards as float32; fastvec keeps the env's float64)
+            np.testing.assert_array_equal(rewards.astype(np.float32), want_rewards, err_msg=where)
+            assert terminated.tolist() == want_terminated.astype(bool).tolist(), where
+            assert truncated.tolist() == want_truncated.astype(bool).tolist(), where
+            ended = [i for i, info in enumerate(want_infos) if "terminal_observation" in info]
+            assert np.flatnonzero(infos.get("_final_obs", np.zeros(envs.num_envs, bool))).tolist() == ended, where
+            for i in ended:
+                np.testing.assert_array_equal(infos["final_obs"][i], want_infos[i]["terminal_observation"], err_msg=where)
+            episodes_ended += len(ended) // envs.num_agents
+    reference.close()
+    assert episodes_ended >= 2 * n  # (each env ended two episodes, autoreset each time)
