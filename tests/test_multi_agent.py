@@ -16,7 +16,7 @@ import pytest
 from gymnasium.vector import AutoresetMode
 
 from fastvec import MultiAgentVectorEnv
-from toy_envs import Arena
+from toy_envs import Arena, Mixed
 
 AGENTS = Arena.possible_agents
 
@@ -103,12 +103,13 @@ def _assert_obs(got, rows, dict_obs, where):
         np.testing.assert_array_equal(got, want, err_msg=where)
 
 
-def _run_against_reference(make, n, mode, steps, dict_obs, sample):
-    """Step MultiAgentVectorEnv and the reference side by side; returns (absent rows seen,
-    final observations seen)."""
-    ref = Reference(make, n, mode)
+def _run_against_reference(make, n, mode, steps, dict_obs, sample, reference_make=None, **kwargs):
+    """Step MultiAgentVectorEnv (on envs built by ``make``) and the reference (on envs built by
+    ``reference_make``, default ``make``) side by side; returns (absent rows seen, final
+    observations seen)."""
+    ref = Reference(reference_make or make, n, mode)
     A = len(ref.agents)
-    with MultiAgentVectorEnv([make] * n, num_workers=2, autoreset_mode=mode) as envs:
+    with MultiAgentVectorEnv([make] * n, num_workers=2, autoreset_mode=mode, **kwargs) as envs:
         assert envs.num_envs == n * A and envs.num_agents == A and envs.possible_agents == ref.agents
         obs, infos = envs.reset(seed=11)
         rows, mask = ref.reset(11)
@@ -253,3 +254,150 @@ def test_rows_equal_supersuits_pipeline(name, kwargs):
             episodes_ended += len(ended) // envs.num_agents
     reference.close()
     assert episodes_ended >= 2 * n  # (each env ended two episodes, autoreset each time)
+
+
+class PaddedByHand:
+    """The reference for ``pad_spaces``: ``Mixed`` with its spaces padded in plain Python, each
+    observation zero-padded to the tank's shape, each action row cut to the agent's own."""
+
+    possible_agents = Mixed.possible_agents
+
+    def __init__(self, **kwargs):
+        self.env = Mixed(**kwargs)
+
+    @property
+    def agents(self):
+        return self.env.agents
+
+    def observation_space(self, agent):
+        return self.env.observation_space("tank")  # (the largest: what a padded row's zeros look like)
+
+    def _pad(self, obs):
+        if isinstance(obs, dict):
+            return {"observation": np.pad(obs["observation"], (0, 5 - len(obs["observation"]))),
+                    "action_mask": np.pad(obs["action_mask"], (0, 4 - len(obs["action_mask"])))}
+        return np.pad(obs, (0, 5 - len(obs)))
+
+    def reset(self, seed=None, options=None):
+        obs, infos = self.env.reset(seed=seed, options=options)
+        return {a: self._pad(o) for a, o in obs.items()}, infos
+
+    def step(self, actions):
+        own = {a: x[: self.env.action_space(a).shape[0]] if self.env.continuous else x for a, x in actions.items()}
+        obs, rewards, terminations, truncations, infos = self.env.step(own)
+        return {a: self._pad(o) for a, o in obs.items()}, rewards, terminations, truncations, infos
+
+
+@pytest.mark.parametrize("continuous, dict_obs", [(False, False), (False, True), (True, False)],
+                         ids=["discrete", "discrete-dict", "box"])
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.value)
+def test_padded_rows_equal_the_reference_loop(mode, continuous, dict_obs):
+    """pad_spaces: each agent's observation in the leading corner of its row, zeros after;
+    each agent given the leading part of its action row (Mixed asserts that its actions are
+    in its own space, and rewards each agent with what it was given)."""
+    rng = np.random.default_rng(4)
+    n = 3
+    if continuous:
+        def sample(k):
+            return rng.uniform(-1, 1, (k, 3)).astype(np.float32)
+    else:
+        limits = np.tile([2, 4], n)
+
+        def sample(k):
+            return rng.integers(0, limits)
+    make = functools.partial(Mixed, continuous=continuous, dict_obs=dict_obs)
+    _, final = _run_against_reference(make, n, mode, 12, dict_obs, sample,
+                                      reference_make=functools.partial(PaddedByHand, continuous=continuous,
+                                                                       dict_obs=dict_obs), pad_spaces=True)
+    assert mode is AutoresetMode.NEXT_STEP or final > 0
+
+
+def test_padded_spaces_and_the_action_mask():
+    from gymnasium import spaces
+
+    with MultiAgentVectorEnv([Mixed, Mixed], pad_spaces=True) as envs:
+        assert envs.single_observation_space == spaces.Box(-2.0, 2.0, (5,), np.float32)
+        assert envs.single_action_space == spaces.Discrete(4)
+        mask = [[True, True, False, False], [True, True, True, True]] * 2
+        assert envs.action_mask.tolist() == mask
+        _, infos = envs.reset(seed=0)
+        assert infos["action_mask"].tolist() == mask
+        _, rewards, _, _, infos = envs.step(np.array([1, 3, 0, 2]))
+        assert rewards.tolist() == [1.0, 3.0, 0.0, 2.0] and infos["action_mask"].tolist() == mask
+        with pytest.raises(ValueError, match=r"row 2 \(agent 'scout', actions 0 to 1\) was given action 2.*action_mask"):
+            envs.step(np.array([1, 3, 2, 2]))  # (2: the scout's first padded action)
+    with MultiAgentVectorEnv([lambda: Mixed(dict_obs=True)], pad_spaces=True) as envs:
+        assert envs.single_observation_space["action_mask"] == spaces.MultiBinary(4)
+        obs, _ = envs.reset(seed=0)
+        assert obs["action_mask"].tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]  # (the padding is no action)
+    with MultiAgentVectorEnv([lambda: Mixed(continuous=True)], pad_spaces=True) as envs:
+        assert envs.single_action_space == spaces.Box(-1.0, 1.0, (3,), np.float32) and envs.action_mask is None
+
+
+def test_spaces_that_differ_are_refused_unless_padded_and_unpaddable_ones_always():
+    with pytest.raises(ValueError, match="observation space .* differs.*pad_spaces=True"):
+        MultiAgentVectorEnv([Mixed])
+
+    class BoxAndDiscrete(Mixed):
+        def action_space(self, agent):
+            return Mixed(continuous=agent == "tank").action_space(agent)
+
+    with pytest.raises(ValueError, match="cannot pad the agents' action spaces.*'scout': Discrete"):
+        MultiAgentVectorEnv([BoxAndDiscrete], pad_spaces=True)
+
+
+def test_to_sb3_runs_sb3s_ppo_on_agent_rows_and_refuses_agents_that_leave_early():
+    """SB3's PettingZoo recipe with fastvec in place of SuperSuit: to_sb3 of a SAME_STEP
+    MultiAgentVectorEnv, one SB3 env per row. Terminal observations are the rows' own; an
+    agent that is absent while its env goes on (Arena's a2 before it comes, a1 after it leaves)
+    has no place in SB3's VecEnv, and the adapter says so."""
+    sb3 = pytest.importorskip("stable_baselines3")
+    from fastvec.integrations.sb3 import to_sb3
+
+    same_step = AutoresetMode.SAME_STEP
+    venv = to_sb3(MultiAgentVectorEnv([Mixed] * 2, autoreset_mode=same_step, pad_spaces=True))
+    try:
+        assert venv.num_envs == 4
+        venv.seed(0)  # (one seed per row, 0 to 3: each env takes its first row's, 0 and 2)
+        first = venv.reset()
+        reference = [PaddedByHand() for _ in range(2)]
+        want = np.concatenate([np.stack(list(env.reset(seed=2 * k)[0].values())) for k, env in enumerate(reference)])
+        np.testing.assert_array_equal(first, want)
+        for t in range(4):
+            actions = np.array([1, 3, 0, 2])
+            obs, rewards, dones, infos = venv.step(actions)
+            assert rewards.tolist() == [1.0, 3.0, 0.0, 2.0]
+            assert dones.tolist() == [t == 3] * 4
+        for i, info in enumerate(infos):  # (Mixed truncates every agent at step 4)
+            assert info["TimeLimit.truncated"] and info["episode"]["l"] == 4
+            assert info["terminal_observation"].shape == (5,)
+    finally:
+        venv.close()
+    # (Box actions: SB3's PPO samples no masked actions; with padded Discrete ones it would
+    # need a masking PPO, sb3-contrib's MaskablePPO)
+    venv = to_sb3(MultiAgentVectorEnv([functools.partial(Mixed, continuous=True)] * 2, autoreset_mode=same_step,
+                                      pad_spaces=True))
+    try:
+        sb3.PPO("MlpPolicy", venv, n_steps=16, batch_size=32, n_epochs=1, seed=0).learn(64)
+    finally:
+        venv.close()
+    venv = to_sb3(MultiAgentVectorEnv([Arena] * 2, autoreset_mode=same_step))
+    try:
+        venv.reset()
+        with pytest.raises(RuntimeError, match="row 2 finished while its env goes on: its agent left, or has not come"):
+            venv.step(np.zeros(6, np.int64))  # (a2 comes at step 2: until then its row is absent, terminated)
+        # Also on the steps where one env ends (its rows have final_obs) and the other has an
+        # absent row: no finished row is ever handed to SB3 without its terminal observation.
+        refused = 0
+        for _ in range(16):
+            try:
+                _, _, dones, infos = venv.step(np.zeros(6, np.int64))
+            except RuntimeError as error:
+                assert "finished while its env goes on" in str(error)
+                refused += 1
+                continue
+            for i in np.flatnonzero(dones):
+                assert infos[i]["terminal_observation"] is not None
+        assert refused > 0
+    finally:
+        venv.close()

@@ -269,3 +269,68 @@ class Arena:
 
     def close(self):
         pass
+
+
+class Mixed:
+    """A PettingZoo-style ParallelEnv whose two agents have different spaces (for
+    ``pad_spaces``): ``scout`` observes Box(3) and acts in Discrete(2) (or Box(2)), ``tank``
+    observes Box(5) in [-2, 2] and acts in Discrete(4) (or Box(3)). Each reward is what the
+    agent was given (the sum of a Box action), so a test sees which action reached it.
+    ``dict_obs``: observations are ``{"observation": ..., "action_mask": MultiBinary(n)}``, the
+    agent's own action count. Episodes are truncated at step 4."""
+
+    possible_agents = ["scout", "tank"]
+    metadata = {"name": "mixed"}
+    SIZES = {"scout": (3, 2), "tank": (5, 4)}
+
+    def __init__(self, continuous=False, dict_obs=False):
+        self.continuous = continuous
+        self.dict_obs = dict_obs
+        self.np_random = np.random.default_rng()
+        self.agents: list = []
+        self.received: list = []
+
+    def observation_space(self, agent):
+        size, actions = self.SIZES[agent]
+        box = spaces.Box(-1.0 if agent == "scout" else -2.0, 1.0 if agent == "scout" else 2.0, (size,), np.float32)
+        if self.dict_obs:
+            return spaces.Dict({"observation": box, "action_mask": spaces.MultiBinary(actions)})
+        return box
+
+    def action_space(self, agent):
+        _, actions = self.SIZES[agent]
+        if self.continuous:
+            return spaces.Box(-1.0, 1.0, (actions - 1 if agent == "tank" else actions,), np.float32)
+        return spaces.Discrete(actions)
+
+    def _obs(self, agent):
+        size, actions = self.SIZES[agent]
+        x = self.np_random.uniform(-1, 1, size).astype(np.float32)
+        if self.dict_obs:
+            return {"observation": x, "action_mask": np.ones(actions, np.int8)}
+        return x
+
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            self.np_random = np.random.default_rng(seed)
+        self.t = 0
+        self.agents = list(self.possible_agents)
+        return {a: self._obs(a) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        self.t += 1
+        for agent, action in actions.items():
+            assert self.action_space(agent).contains(action), (agent, action)
+        obs = {a: self._obs(a) for a in self.agents}
+        rewards = {a: float(np.sum(actions[a])) for a in self.agents}
+        truncations = {a: self.t >= 4 for a in self.agents}
+        terminations = {a: False for a in self.agents}
+        if self.t >= 4:
+            self.agents = []
+        return obs, rewards, terminations, truncations, {a: {} for a in obs}
+
+    def render(self):
+        return None
+
+    def close(self):
+        pass

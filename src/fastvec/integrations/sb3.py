@@ -214,10 +214,10 @@ class SB3VecEnv(VecEnv):
                         sb3_infos[i]["TimeLimit.truncated"] = False
                 if any_done:
                     if final_obs is None:
-                        raise RuntimeError(
-                            "A SAME_STEP vector env finished an episode but returned no "
-                            "infos['final_obs']; cannot build SB3's terminal_observation."
-                        )
+                        raise self._no_final_obs(int(np.flatnonzero(dones)[0]))
+                    ended = infos.get("_final_obs")
+                    if ended is not None and not ended[dones].all():
+                        raise self._no_final_obs(int(np.flatnonzero(dones & ~np.asarray(ended, bool))[0]))
                     if final_info is not None:
                         for i, info in _split_infos(final_info, self.num_envs).items():
                             sb3_infos[i].update(info)
@@ -227,10 +227,7 @@ class SB3VecEnv(VecEnv):
                         if i not in top:
                             self.reset_infos[i] = {}
             elif any_done:
-                raise RuntimeError(
-                    "A SAME_STEP vector env finished an episode but returned no infos['final_obs']; "
-                    "cannot build SB3's terminal_observation."
-                )
+                raise self._no_final_obs(int(np.flatnonzero(dones)[0]))
         else:  # DISABLED: the finished envs' observations are terminal; reset them here.
             if infos:
                 for i, info in _split_infos(infos, self.num_envs).items():
@@ -264,6 +261,20 @@ class SB3VecEnv(VecEnv):
         if self.copy_obs:
             obs = copy_batch(obs)
         return obs, np.array(rewards, dtype=np.float32), dones, sb3_infos
+
+    def _no_final_obs(self, row: int) -> RuntimeError:
+        """The error for a finished row with no ``final_obs`` (its env was not reset)."""
+        if hasattr(self.vector_env.unwrapped, "agent_mask"):
+            return RuntimeError(
+                f"row {row} finished while its env goes on: its agent left, or has not come yet (a "
+                "MultiAgentVectorEnv whose agents die or spawn). SB3's VecEnv has one episode per row, ended by its env's reset, so it cannot take "
+                "such rows. Step the MultiAgentVectorEnv directly (agent_mask says which rows are "
+                "present), or use envs whose agents all end together."
+            )
+        return RuntimeError(
+            f"A SAME_STEP vector env finished an episode in row {row} but returned no infos['final_obs'] "
+            "for it; cannot build SB3's terminal_observation."
+        )
 
     def close(self) -> None:
         """Close the vector env."""

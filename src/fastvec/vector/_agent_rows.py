@@ -49,24 +49,95 @@ def check_parallel_env(env: Any, where: str) -> None:
         )
 
 
-def agent_spaces(env: Any) -> tuple[gym.Space, gym.Space]:
-    """One agent's observation and action spaces, the same for every agent of ``env``.
+def agent_spaces(env: Any, pad: bool = False) -> tuple[gym.Space, gym.Space]:
+    """One agent's observation and action spaces: the same for every agent of ``env``, or,
+    with ``pad``, the smallest spaces that hold every agent's (see :func:`padded_space`).
 
     Raises:
-        ValueError: agents whose spaces differ (naming the first that differs).
+        ValueError: agents whose spaces differ (naming the first that differs), or, with
+            ``pad``, spaces that cannot be padded to one.
     """
     agents = list(env.possible_agents)
     if not agents:
         raise ValueError("the ParallelEnv has no possible_agents")
-    obs_space, act_space = env.observation_space(agents[0]), env.action_space(agents[0])
-    for agent in agents[1:]:
-        if env.observation_space(agent) != obs_space:
-            raise ValueError(f"agent {agent!r}'s observation space {env.observation_space(agent)} differs from "
-                             f"agent {agents[0]!r}'s {obs_space}: MultiAgentVectorEnv needs one space for all agents")
-        if env.action_space(agent) != act_space:
-            raise ValueError(f"agent {agent!r}'s action space {env.action_space(agent)} differs from "
-                             f"agent {agents[0]!r}'s {act_space}: MultiAgentVectorEnv needs one space for all agents")
-    return obs_space, act_space
+    obs_spaces = [env.observation_space(agent) for agent in agents]
+    act_spaces = [env.action_space(agent) for agent in agents]
+    if pad:
+        return padded_space(obs_spaces, agents, "observation"), padded_space(act_spaces, agents, "action")
+    for what, spaces in (("observation", obs_spaces), ("action", act_spaces)):
+        for agent, space in zip(agents[1:], spaces[1:]):
+            if space != spaces[0]:
+                raise ValueError(
+                    f"agent {agent!r}'s {what} space {space} differs from agent {agents[0]!r}'s {spaces[0]}: "
+                    "MultiAgentVectorEnv needs one space for all agents, or pad_spaces=True to pad them to one"
+                )
+    return obs_spaces[0], act_spaces[0]
+
+
+def padded_space(spaces: list[gym.Space], agents: list[str], what: str) -> gym.Space:
+    """The smallest space that holds a value of each of ``spaces`` (one per agent), padded
+    with zeros at the end of each axis.
+
+    - equal spaces: that space;
+    - Box spaces of one rank: each axis as long as the longest, the dtype that holds every
+      agent's; bounds the widest of the agents' with 0 for an agent's padding (so zeros are
+      inside them);
+    - MultiBinary spaces of one rank: each axis as long as the longest;
+    - Discrete spaces of one ``start``: the largest ``n`` (the actions past an agent's own
+      ``n`` are invalid for it: see MultiAgentVectorEnv's ``action_mask``);
+    - Dict spaces with the same keys, Tuple spaces of one length: padded leaf by leaf.
+
+    Raises:
+        ValueError: spaces of different kinds or ranks, or Discrete ones of different starts
+            (naming the agents).
+    """
+    first = spaces[0]
+    if all(space == first for space in spaces[1:]):
+        return first
+
+    def refuse(why: str) -> ValueError:
+        listed = ", ".join(f"{agent!r}: {space}" for agent, space in zip(agents, spaces))
+        return ValueError(f"pad_spaces=True cannot pad the agents' {what} spaces to one ({why}): {listed}")
+
+    if all(isinstance(space, gym.spaces.Dict) for space in spaces):
+        if any(list(space.spaces) != list(first.spaces) for space in spaces):
+            raise refuse("Dict spaces with different keys")
+        return gym.spaces.Dict({key: padded_space([space[key] for space in spaces], agents, f"{what} {key!r}")
+                                for key in first.spaces})
+    if all(isinstance(space, gym.spaces.Tuple) for space in spaces):
+        if len({len(space.spaces) for space in spaces}) > 1:
+            raise refuse("Tuple spaces of different lengths")
+        return gym.spaces.Tuple([padded_space([space[k] for space in spaces], agents, f"{what} [{k}]")
+                                 for k in range(len(first.spaces))])
+    if all(type(space) is gym.spaces.Discrete for space in spaces):
+        if len({int(space.start) for space in spaces}) > 1:
+            raise refuse("Discrete spaces with different starts")
+        return gym.spaces.Discrete(max(int(space.n) for space in spaces), start=int(first.start))
+    if all(type(space) is gym.spaces.MultiBinary for space in spaces):
+        if len({len(space.shape) for space in spaces}) > 1:
+            raise refuse("MultiBinary spaces of different ranks")
+        shape = [int(n) for n in np.max([space.shape for space in spaces], axis=0)]
+        return gym.spaces.MultiBinary(shape[0] if len(shape) == 1 else shape)
+    if all(type(space) is gym.spaces.Box for space in spaces):
+        if len({len(space.shape) for space in spaces}) > 1:
+            raise refuse("Box spaces of different ranks")
+        shape = tuple(int(n) for n in np.max([space.shape for space in spaces], axis=0))
+        dtype = np.result_type(*[space.dtype for space in spaces])
+        low = np.min([pad_to(space.low.astype(np.float64), shape) for space in spaces], axis=0)
+        high = np.max([pad_to(space.high.astype(np.float64), shape) for space in spaces], axis=0)
+        return gym.spaces.Box(low.astype(dtype), high.astype(dtype), shape, dtype)
+    raise refuse("only Box, MultiBinary, Discrete, and Dict or Tuple spaces of them pad")
+
+
+def pad_to(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``value`` in the leading corner of zeros of ``shape``."""
+    out = np.zeros(shape, np.asarray(value).dtype)
+    out[_corner(np.shape(value))] = value
+    return out
+
+
+def _corner(shape: tuple[int, ...]) -> tuple[slice, ...]:
+    return tuple(slice(0, n) for n in shape)
 
 
 class AgentRows(gym.Env):
@@ -74,19 +145,30 @@ class AgentRows(gym.Env):
 
     Args:
         env_fn: builds the ParallelEnv (called here, in the worker process).
+        pad_spaces: agents whose spaces differ share the padded space of
+            :func:`padded_space`: an observation is written in the leading corner of its
+            row (zeros after it), and an agent is given the leading corner of its action row.
 
     Raises:
         TypeError: ``env_fn`` builds something that is not a ParallelEnv.
-        ValueError: agents whose spaces differ.
+        ValueError: agents whose spaces differ (without ``pad_spaces``), or cannot be padded.
     """
 
-    def __init__(self, env_fn: Callable[[], Any]):
+    def __init__(self, env_fn: Callable[[], Any], pad_spaces: bool = False):
         env = env_fn()
         check_parallel_env(env, "each env_fns[i]")
         self.env = env
         self.possible_agents = list(env.possible_agents)
         self.num_agents = len(self.possible_agents)
-        self.agent_observation_space, self.agent_action_space = agent_spaces(env)
+        self.agent_observation_space, self.agent_action_space = agent_spaces(env, pad_spaces)
+        # (each agent's own action space, to cut its action out of a padded row)
+        own = {agent: env.action_space(agent) for agent in self.possible_agents}
+        self._own_action_spaces = own if any(space != self.agent_action_space for space in own.values()) else None
+        #: the number of valid actions of each agent, where a padded Discrete action space
+        #: holds more for some (None otherwise)
+        self.agent_action_counts = None
+        if self._own_action_spaces is not None and type(self.agent_action_space) is gym.spaces.Discrete:
+            self.agent_action_counts = [int(self._own_action_spaces[agent].n) for agent in self.possible_agents]
         self.observation_space = batch_space(self.agent_observation_space, self.num_agents)
         self.action_space = batch_space(self.agent_action_space, self.num_agents)
         self.metadata = dict(getattr(env, "metadata", None) or {})
@@ -105,7 +187,11 @@ class AgentRows(gym.Env):
                                                 np.zeros(self.num_agents, bool), present)
 
     def step(self, action):
-        actions = {agent: self._action_of(action, self._index[agent]) for agent in self.env.agents}
+        if self._own_action_spaces is None:
+            actions = {agent: self._action_of(action, self._index[agent]) for agent in self.env.agents}
+        else:
+            actions = {agent: _own_part(self._action_of(action, self._index[agent]), self._own_action_spaces[agent])
+                       for agent in self.env.agents}
         observations, rewards, terminations, truncations, _ = self.env.step(actions)
         present = self._fill(observations)
         reward_rows = np.zeros(self.num_agents)
@@ -167,5 +253,22 @@ def _write_rows(batch, absent, observations: dict, index: dict, present: np.ndar
         return
     batch[~present] = absent[0]
     for agent, value in observations.items():
-        batch[index[agent]] = value
+        row = index[agent]
+        if np.shape(value) == batch.shape[1:]:
+            batch[row] = value
+        else:  # (a padded space: the agent's value in the row's leading corner, zeros after)
+            batch[row] = 0
+            batch[row][_corner(np.shape(value))] = value
+
+
+def _own_part(action, space: gym.Space):
+    """An agent's action cut out of a padded action row: the leading corner of an array
+    leaf of ``space``'s shape (a Discrete leaf is a number and stays)."""
+    if isinstance(space, gym.spaces.Dict):
+        return {key: _own_part(action[key], space[key]) for key in space.spaces}
+    if isinstance(space, gym.spaces.Tuple):
+        return tuple(_own_part(action[k], sub) for k, sub in enumerate(space.spaces))
+    if space.shape and np.shape(action) != space.shape:
+        return action[_corner(space.shape)]
+    return action
 

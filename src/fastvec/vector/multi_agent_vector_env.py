@@ -73,6 +73,12 @@ class MultiAgentVectorEnv(VectorEnv):
             agent the same observation and action spaces.
         num_workers: worker processes (default: one per usable core, at most one per env).
         autoreset_mode: ``NEXT_STEP`` (default), ``SAME_STEP`` or ``DISABLED``.
+        pad_spaces: let agents whose spaces differ share one, padded: Box (and MultiBinary)
+            observations and actions to the longest of each axis, zeros after an agent's own
+            values (an agent gets the leading part of its action row); Discrete actions up
+            to the largest ``n``, with :attr:`action_mask` saying which are an agent's own
+            (an action past them raises ValueError); Dict and Tuple spaces leaf by leaf.
+            Without it (default), agents whose spaces differ raise ValueError.
         **vector_kwargs: the rest of :class:`fastvec.FastVectorEnv`'s keywords
             (``context``, ``pin_workers``, ``env_failure``, ...), except ``batch_size`` and
             ``step_in_caller``.
@@ -80,11 +86,18 @@ class MultiAgentVectorEnv(VectorEnv):
     Raises:
         TypeError: ``env_fns`` not a sequence of callables, an env that is not a
             ParallelEnv, or a keyword this class does not take.
-        ValueError: envs whose ``possible_agents`` differ, agents whose spaces differ.
+        ValueError: envs whose ``possible_agents`` differ, agents whose spaces differ (or, with
+            ``pad_spaces``, cannot be padded to one).
+
+    Attributes:
+        action_mask: with ``pad_spaces`` and Discrete actions of different ``n``, a bool
+            array (rows x the largest ``n``), True where the action is the row's agent's own;
+            also in the infos of every reset and step. None otherwise.
     """
 
     def __init__(self, env_fns: Sequence[Callable[[], Any]], num_workers: int | None = None, *,
-                 autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP, **vector_kwargs: Any) -> None:
+                 autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP, pad_spaces: bool = False,
+                 **vector_kwargs: Any) -> None:
         self._envs: FastVectorEnv | None = None
         for key in ("batch_size", "step_in_caller", "observation_mode"):
             if key in vector_kwargs:
@@ -97,7 +110,7 @@ class MultiAgentVectorEnv(VectorEnv):
         for k, fn in enumerate(env_fns):
             if not callable(fn):
                 raise TypeError(f"env_fns[{k}] is not callable: got {type(fn).__name__}")
-        self._envs = FastVectorEnv([_RowsMaker(fn) for fn in env_fns], num_workers, autoreset_mode=autoreset_mode,
+        self._envs = FastVectorEnv([_RowsMaker(fn, bool(pad_spaces)) for fn in env_fns], num_workers, autoreset_mode=autoreset_mode,
                                    **vector_kwargs)
         try:
             agents = self._envs.get_attr("possible_agents")
@@ -107,6 +120,7 @@ class MultiAgentVectorEnv(VectorEnv):
             self.possible_agents = list(agents[0])
             self.agent_observation_space = self._envs.get_attr("agent_observation_space")[0]
             self.agent_action_space = self._envs.get_attr("agent_action_space")[0]
+            counts = self._envs.get_attr("agent_action_counts")[0]
         except BaseException:
             self._envs.close()
             raise
@@ -123,10 +137,22 @@ class MultiAgentVectorEnv(VectorEnv):
         self.render_mode = self._envs.render_mode
         #: True where the row's agent is in its env (see the class docstring)
         self.agent_mask = np.zeros(self.num_envs, bool)
+        self.action_mask = None
+        self._action_limits = None  # (the first invalid action of each row, with padded Discrete actions)
+        if counts is not None:
+            start = int(self.agent_action_space.start)
+            self._action_limits = start + np.tile(np.asarray(counts, np.int64), self.num_parallel_envs)
+            self.action_mask = np.arange(start, start + int(self.agent_action_space.n)) < self._action_limits[:, None]
 
     # -- the Gymnasium API ------------------------------------------------------------------
     def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None):
-        """Reset every env (env ``i`` with ``seed + i``); returns (observations, infos) by row."""
+        """Reset every env (env ``i`` with ``seed + i``; with a list of one seed per row, each
+        env with its first row's); returns (observations, infos) by row."""
+        if isinstance(seed, (list, tuple)):
+            if len(seed) != self.num_envs:
+                raise ValueError(f"expected one seed per row, {self.num_envs} ({self.num_parallel_envs} envs x "
+                                 f"{self.num_agents} agents), got a list of {len(seed)}")
+            seed = list(seed[::self.num_agents])
         obs, infos = self._envs.reset(seed=seed, options=options)
         self.agent_mask = infos["agent_mask"].reshape(-1).copy()
         return self._rows(obs), self._row_infos(infos)
@@ -195,6 +221,16 @@ class MultiAgentVectorEnv(VectorEnv):
         if actions.shape[:1] != (self.num_envs,):
             raise ValueError(f"expected one action per row, {self.num_envs} ({self.num_parallel_envs} envs x "
                              f"{self.num_agents} agents), got an array of shape {actions.shape}")
+        if self._action_limits is not None:
+            invalid = (actions >= self._action_limits) & self.agent_mask
+            if invalid.any():
+                row = int(np.flatnonzero(invalid)[0])
+                start = int(self.agent_action_space.start)
+                raise ValueError(
+                    f"row {row} (agent {self.possible_agents[row % self.num_agents]!r}, actions {start} to "
+                    f"{self._action_limits[row] - 1}) was given action {actions[row]}, one of the padding of "
+                    "the padded action space (pad_spaces=True): mask the actions with envs.action_mask"
+                )
         return actions.reshape(self.num_parallel_envs, self.num_agents, *actions.shape[1:])
 
     def _row_infos(self, infos: dict) -> dict:
@@ -202,6 +238,9 @@ class MultiAgentVectorEnv(VectorEnv):
         agents' rows (SAME_STEP)."""
         rows: dict[str, Any] = {"agent_mask": infos["agent_mask"].reshape(-1).copy(),
                                 "_agent_mask": np.ones(self.num_envs, bool)}
+        if self.action_mask is not None:
+            rows["action_mask"] = self.action_mask.copy()
+            rows["_action_mask"] = np.ones(self.num_envs, bool)
         ended = infos.get("_final_obs")
         if ended is not None and ended.any():
             final_obs = np.empty(self.num_envs, dtype=object)
@@ -224,9 +263,10 @@ class MultiAgentVectorEnv(VectorEnv):
 class _RowsMaker:
     """``env_fn`` wrapped into an :class:`AgentRows` builder (picklable: a plain class)."""
 
-    def __init__(self, env_fn: Callable[[], Any]):
+    def __init__(self, env_fn: Callable[[], Any], pad_spaces: bool = False):
         self.env_fn = env_fn
+        self.pad_spaces = pad_spaces
 
     def __call__(self) -> AgentRows:
-        return AgentRows(self.env_fn)
+        return AgentRows(self.env_fn, self.pad_spaces)
 
