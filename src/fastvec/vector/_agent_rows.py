@@ -25,7 +25,6 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import batch_space, create_empty_array
 
-from fastvec.vector._batch_tree import copy_batch
 
 __all__ = ["AgentRows", "INFO_KEYS"]
 
@@ -174,7 +173,12 @@ class AgentRows(gym.Env):
         self.metadata = dict(getattr(env, "metadata", None) or {})
         self.render_mode = getattr(env, "render_mode", None)
         self._index = {agent: i for i, agent in enumerate(self.possible_agents)}
-        self._obs = create_empty_array(self.agent_observation_space, self.num_agents, fn=np.zeros)
+        # Two observation buffers, filled in turn, and handed out without a copy: the env loop
+        # copies an observation into the shared block at once, and the one a step that ends
+        # the episode returned (SAME_STEP's final_obs) must outlive the reset that follows.
+        self._buffers = [create_empty_array(self.agent_observation_space, self.num_agents, fn=np.zeros)
+                         for _ in range(2)]
+        self._turn = 0
         self._absent_obs = create_empty_array(self.agent_observation_space, 1, fn=np.zeros)
         if isinstance(self.agent_observation_space, gym.spaces.Dict) and "action_mask" in self.agent_observation_space.spaces:
             self._absent_obs["action_mask"][...] = 1  # (never all False: a policy can still sample)
@@ -221,11 +225,12 @@ class AgentRows(gym.Env):
         present = np.zeros(self.num_agents, bool)
         for agent in observations:
             present[self._index[agent]] = True
-        _write_rows(self._obs, self._absent_obs, observations, self._index, present)
+        self._turn ^= 1
+        _write_rows(self._buffers[self._turn], self._absent_obs, observations, self._index, present)
         return present
 
     def _observation(self):
-        return copy_batch(self._obs)
+        return self._buffers[self._turn]
 
     def _action_of(self, action, i: int):
         if isinstance(action, dict):
