@@ -12,6 +12,7 @@ MODULES = [
     "fastvec.integrations",
     "fastvec.integrations.rllib",
     "fastvec.integrations.sb3",
+    "fastvec.monitor",
     "fastvec.native",
     "fastvec.native.examples.gridworld",
     "fastvec.native.kit",

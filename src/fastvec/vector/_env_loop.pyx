@@ -96,6 +96,8 @@ cdef class EnvLoop:
     cdef Py_ssize_t obs_row_bytes
     cdef public object current
     cdef public bint obs_written
+    cdef cnp.ndarray counts_arr
+    cdef unsigned long long *counts  # per env: steps, resets (NULL: not counting)
 
     def __init__(self, list envs not None, Py_ssize_t first, int mode, cnp.ndarray rewards not None,
                  cnp.ndarray terminations not None, cnp.ndarray truncations not None,
@@ -124,6 +126,7 @@ cdef class EnvLoop:
         self.current = None
         self.on_failure = None
         self.current_word = NULL
+        self.counts = NULL
         if current is not None:
             self.current_arr = _checked(current, cnp.NPY_UINT32, 1, "current")
             self.current_word = <unsigned int *> cnp.PyArray_DATA(current)
@@ -174,15 +177,21 @@ cdef class EnvLoop:
                         self.terms[j] = 0
                         self.truncs[j] = 0
                         done = False
+                        if self.counts != NULL:
+                            self.counts[2 * j + 1] += 1
                     else:
                         obs, reward, terminated, truncated, info = env.step(actions[j])
                         _store_reward(self.rewards, self.rewards_arr, j, reward)
                         _store_flag(self.terms, self.terms_arr, j, terminated)
                         _store_flag(self.truncs, self.truncs_arr, j, truncated)
                         done = terminated or truncated
+                        if self.counts != NULL:
+                            self.counts[2 * j] += 1
                         if done and self.mode == SAME_STEP:
                             final = {"final_obs": obs, "final_info": info}
                             obs, info = env.reset()
+                            if self.counts != NULL:
+                                self.counts[2 * j + 1] += 1
                 except Exception as exc:
                     if self.on_failure is None:
                         raise
@@ -208,6 +217,19 @@ cdef class EnvLoop:
         if self.current_word != NULL:
             self.current_word[0] = 0
         self.obs_written = written
+
+    def count_into(self, cnp.ndarray counts not None):
+        """Count each env's steps and resets (autoresets included) into ``counts``: a
+        writeable C-contiguous uint64 array of (envs, 2), this loop's rows of the statistics
+        region (``fastvec.vector._stats``)."""
+        cdef Py_ssize_t n = len(self.envs)
+        if (cnp.PyArray_TYPE(counts) != cnp.NPY_UINT64 or cnp.PyArray_NDIM(counts) != 2
+                or cnp.PyArray_DIMS(counts)[0] != n or cnp.PyArray_DIMS(counts)[1] != 2
+                or not cnp.PyArray_IS_C_CONTIGUOUS(counts) or not cnp.PyArray_ISWRITEABLE(counts)):
+            raise ValueError(f"counts must be a writeable contiguous uint64 array of ({n}, 2), got "
+                             f"{counts.dtype} {(<object> counts).shape}")
+        self.counts_arr = counts
+        self.counts = <unsigned long long *> cnp.PyArray_DATA(counts)
 
     cpdef int quiet_status(self):
         """After :meth:`step`: the command's status when it leaves nothing for the pipe,

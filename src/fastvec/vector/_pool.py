@@ -10,6 +10,7 @@ every fault in the caller (:mod:`fastvec.vector._worker_faults` says how).
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 import weakref
 from typing import Callable, Sequence
@@ -33,6 +34,7 @@ from fastvec.vector._protocol import STATUS_OK as _OK
 from fastvec.vector._remote_worker import RemoteWorker, end_workers, usable_cpus
 from fastvec.vector._restarts import Restarts
 from fastvec.vector._shared_buffer import Section, SharedBuffer
+from fastvec.vector._stats import StatsRegion
 from fastvec.vector._worker import REBUILD_PHASE, THINK_WINDOW_S, _Worker
 from fastvec.vector._worker_faults import RecoverableError, in_caller, log_failed_workers, remote_exception, worker_died
 
@@ -176,9 +178,17 @@ class WorkerPool:
             hellos.append(message)
         return hellos
 
-    def attach(self, sections: list[Section], size: int, obs_layout: Layout | None, act_layout: Layout) -> SharedBuffer:
-        """Create the shared block, hand it to every worker, and return it once they have mapped it."""
+    def attach(self, sections: list[Section], size: int, obs_layout: Layout | None, act_layout: Layout,
+               stats: bool = False) -> SharedBuffer:
+        """Create the shared block, hand it to every worker, and return it once they have mapped it.
+
+        ``stats``: write the statistics region's header (``_stats.StatsRegion.initialize``),
+        which tells the workers to count, and keep this process's descriptor of the block
+        open, so that ``python -m fastvec.monitor`` finds it in ``/proc/PID/fd``."""
         buffer = self._buffers[0] = SharedBuffer(sections, size)
+        if stats:
+            StatsRegion.initialize(buffer["stats"], [stop - start for start, stop in zip(self.starts, self.stops)],
+                                   os.getpid())
         self._attach_message = ("attach", sections, size, obs_layout, act_layout)
         for worker in self._remote:
             _protocol.send(worker.pipe, self._attach_message)
@@ -187,7 +197,7 @@ class WorkerPool:
             message = self.recv(w)
             if message[0] == "error":
                 self.raise_remote(w, message)
-        if self.restarts is None:
+        if self.restarts is None and not stats:
             buffer.release_fd()  # every worker has mapped it: from now on only mappings keep it
         self.ctrl = buffer["ctrl"]
         if self.restarts is not None:

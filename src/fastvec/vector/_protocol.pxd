@@ -32,6 +32,29 @@ cpdef enum SharedWord:
                          # caller's CPU spins only while it is short
 
 
+cpdef enum StatsLayout:
+    # The statistics region (fastvec.vector._stats): uint64 counters at the start of the block.
+    STATS_HEADER = 8     # words of its header (magic, version, workers, envs, the caller's pid)
+    STATS_ROW = 8        # words of the caller's row and of each worker's row
+    STATS_BUCKETS = 24   # a worker's step-time histogram: bucket k counts [2**(k-1), 2**k) µs
+
+
+cpdef enum CallerStat:
+    # Words of the caller's row of the statistics region (the caller writes them).
+    CALLER_STEPS = 0         # vector steps (lockstep step calls, and recv)
+    CALLER_TRANSITIONS = 1   # the env transitions they returned
+    CALLER_IN_STEP_NS = 2    # time inside them: handing out actions, waiting, reading results
+    CALLER_BETWEEN_NS = 3    # time between them: the trainer's
+
+
+cpdef enum WorkerStat:
+    # Words of a worker's row of the statistics region (that worker writes them, but ENVS).
+    WORKER_COMMANDS = 0      # plain step commands served
+    WORKER_STEP_NS = 1       # time its envs took to step them
+    WORKER_WAIT_NS = 2       # time spent waiting for a command (spinning or asleep)
+    WORKER_ENVS = 3          # how many envs it steps (the caller writes it once)
+
+
 cpdef enum Command:
     STEP = 1             # actions are in the buffer; no pipe message
     PIPE = 2             # a (name, payload) message waits on the pipe

@@ -1,7 +1,7 @@
 """Both sides: one shared-memory block per vector env, carved into aligned NumPy views.
 
 The caller lays the block out (:func:`plan`), creates it, and hands it to each
-worker. Sections: the control rows, one slab per fixed-size observation leaf
+worker. Sections: the statistics region (:mod:`fastvec.vector._stats`), the control rows, one slab per fixed-size observation leaf
 (``[num_envs, *leaf_shape]``) and per action leaf (raw rows, see :func:`plan`),
 rewards (float64), terminations and truncations (bool) as SyncVectorEnv returns
 them, and the info section (see :mod:`fastvec.vector._infos`).
@@ -29,6 +29,7 @@ import numpy as np
 
 from fastvec.spaces import Layout
 from fastvec.vector._protocol import Word
+from fastvec.vector._stats import words as stats_words
 
 _ALIGN = 64
 
@@ -63,6 +64,8 @@ def plan(num_envs: int, num_workers: int, obs_layout: Layout | None, act_layout:
         sections.append(section)
         offset += -(-max(section.nbytes, 1) // _ALIGN) * _ALIGN
 
+    # First, at offset 0, so that a reader in another process finds it (fastvec.monitor).
+    add("stats", (stats_words(num_workers, num_envs),), np.uint64)
     add("ctrl", (num_workers + 1, Word.ROW_WORDS), np.uint32)  # + the shared row
     if obs_layout is not None:
         for k, leaf in enumerate(obs_layout.leaves):

@@ -13,12 +13,23 @@ whose envs left something for the pipe (the envs have stepped; Python finishes i
 env's exception propagates to the Python loop, which reports it as before.
 """
 cimport numpy as cnp
-from libc.stdint cimport uint32_t
+from libc.stdint cimport uint32_t, uint64_t
 
 from fastvec.vector cimport _sync
-from fastvec.vector._protocol cimport STEP
+from fastvec.vector._protocol cimport STATS_BUCKETS, STEP, WORKER_COMMANDS, WORKER_STEP_NS, WORKER_WAIT_NS
 
 cnp.import_array()
+
+
+cdef inline int _bucket(double seconds) noexcept nogil:
+    """The histogram bucket of a duration: 0 under 1 µs, k for [2**(k-1), 2**k) µs."""
+    cdef double us = seconds * 1e6
+    cdef int k = 0
+    while us >= 1.0 and k < STATS_BUCKETS - 1:
+        us *= 0.5
+        k += 1
+    return k
+
 
 cdef extern from "fv_parent_watch.h" nogil:
     int fv_start_parent_watch(long caller, int by_parent, double interval_s, double grace_s, int exit_code)
@@ -67,6 +78,9 @@ cdef class StepServer:
     cdef readonly bint stepping  # True while (or after) the env loop of a step it runs raises
     cdef readonly double gap  # how soon the next command tends to come after one is done
     cdef readonly double spin  # how long the last wait for a command spun before blocking
+    cdef cnp.ndarray stats_arr, histogram_arr
+    cdef uint64_t *stats  # this worker's row of the statistics region (NULL: not counting)
+    cdef uint64_t *histogram
 
     def __init__(self, cnp.ndarray ctrl not None, Py_ssize_t worker, object loop not None,
                  cnp.ndarray action_codes not None, object action_view, double spin_s, double max_spin_s,
@@ -76,6 +90,8 @@ cdef class StepServer:
                 or cnp.PyArray_DIMS(action_codes)[0] < 1 or not cnp.PyArray_IS_C_CONTIGUOUS(action_codes)):
             raise ValueError("action_codes must be a contiguous 1-d uint32 array of one code per action leaf")
         self.ctrl_arr = ctrl  # (keeps the block mapped)
+        self.stats = NULL
+        self.histogram = NULL
         self.codes_arr = action_codes
         self.worker = worker
         self.loop = loop
@@ -90,6 +106,19 @@ cdef class StepServer:
         self.gap = spin_s
         self.seq = 0
 
+    def count_into(self, cnp.ndarray row not None, cnp.ndarray histogram not None):
+        """Count the plain steps into ``row`` (this worker's row of the statistics region,
+        see ``fastvec.vector._stats``: commands, their env time, the waits for commands, in
+        ns) and ``histogram`` (the commands by env time); both contiguous uint64."""
+        for arr, name, size in ((row, "row", WORKER_WAIT_NS + 1), (histogram, "histogram", STATS_BUCKETS)):
+            if (cnp.PyArray_TYPE(arr) != cnp.NPY_UINT64 or cnp.PyArray_NDIM(arr) != 1
+                    or cnp.PyArray_DIMS(arr)[0] < size or not cnp.PyArray_IS_C_CONTIGUOUS(arr)
+                    or not cnp.PyArray_ISWRITEABLE(arr)):
+                raise ValueError(f"{name} must be a writeable contiguous 1-d uint64 array of at least {size} words")
+        self.stats_arr, self.histogram_arr = row, histogram
+        self.stats = <uint64_t *>cnp.PyArray_DATA(row)
+        self.histogram = <uint64_t *>cnp.PyArray_DATA(histogram)
+
     def serve(self, double timeout_s):
         """Wait for commands and run the plain steps, until one for Python comes.
 
@@ -98,7 +127,7 @@ cdef class StepServer:
         when ``timeout_s`` passed with no command (the worker checks that its parent lives).
         An env's exception propagates, with :attr:`stepping` True.
         """
-        cdef double start, longest
+        cdef double start, longest, stepped_at, took
         cdef bint got, busy
         cdef int cpu
         cdef uint32_t command, code
@@ -142,7 +171,10 @@ cdef class StepServer:
             if not got:
                 return None
             self.seq += 1
-            self.gap += 0.125 * (min(_sync.now() - start, 2.0 * self.other_cpu_spin_s) - self.gap)
+            stepped_at = _sync.now()
+            if self.stats != NULL:
+                self.stats[<int>WORKER_WAIT_NS] += <uint64_t>((stepped_at - start) * 1e9)
+            self.gap += 0.125 * (min(stepped_at - start, 2.0 * self.other_cpu_spin_s) - self.gap)
             command = _sync.command_word(self.ctrl, self.worker)
             if command != STEP or self.action_view is None:
                 return self.seq, command, False
@@ -158,6 +190,11 @@ cdef class StepServer:
             self.loop.step(cnp.PyArray_NewCopy(<cnp.ndarray>self.view, cnp.NPY_CORDER) if self.copy_actions
                            else self.view)
             self.stepping = False
+            if self.stats != NULL:
+                took = _sync.now() - stepped_at
+                self.stats[<int>WORKER_COMMANDS] += 1
+                self.stats[<int>WORKER_STEP_NS] += <uint64_t>(took * 1e9)
+                self.histogram[_bucket(took)] += 1
             status = self.loop.quiet_status()
             if status < 0:
                 return self.seq, command, True

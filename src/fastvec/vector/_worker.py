@@ -36,6 +36,7 @@ from fastvec.vector._protocol import STATUS_MESSAGE as _MESSAGE
 from fastvec.vector._protocol import STATUS_OK as _OK
 from fastvec.vector._restarts import RestartState, derived_seed
 from fastvec.vector._shared_buffer import SharedBuffer, receive
+from fastvec.vector._stats import MAGIC, StatsRegion
 from fastvec.vector._step_server import StepServer, watch_parent
 
 # The phase an error report names when an env's constructor raised as the env was built
@@ -119,6 +120,14 @@ class _Worker:
                                 self.next_seeds, current)
         if restart is not None and env_fns is not None:
             self.env_loop.on_failure = self.rebuild_env
+        # The statistics region counts when the caller has written its header (stats=True).
+        self.env_counts = self.stats_row = self.stats_histogram = None
+        region = buffer.views.get("stats")
+        if region is not None and region[0] == MAGIC:
+            stats = StatsRegion(region)
+            self.env_counts = stats.env_counts[first:first + len(envs)]
+            self.env_loop.count_into(self.env_counts)
+            self.stats_row, self.stats_histogram = stats.workers[index], stats.histograms[index]
 
     # -- commands -----------------------------------------------------------------
     def step(self, actions: list | None = None) -> tuple[int, Any]:
@@ -171,6 +180,8 @@ class _Worker:
                 self.last_obs[j], info = self.envs[j].reset(seed=seed, options=options)
                 info = {**info, **restarted}
             self.autoreset[j] = False
+            if self.env_counts is not None:
+                self.env_counts[j, 1] += 1
             # A reset is a transition with no reward (what send/recv returns for it).
             self.rewards[j] = 0.0
             self.terminations[j] = False
@@ -461,6 +472,8 @@ def _serve(worker: _Worker, ctrl: np.ndarray, pipe, spin_s: float, parent_alive:
     # Takes every command, and runs the plain steps itself (compiled); the rest come here.
     server = StepServer(ctrl, index, worker.env_loop, worker.act_codes, worker.slab_action_view(), spin_s,
                         MAX_SPIN_S, THINK_WINDOW_S, on_caller_busy, OTHER_CPU_SPIN_S)
+    if worker.stats_row is not None:
+        server.count_into(worker.stats_row, worker.stats_histogram)
     while True:
         phase = "step"
         try:

@@ -6,7 +6,9 @@ step (actions in; observations, rewards, flags, infos out) in :mod:`fastvec.vect
 """
 from __future__ import annotations
 
+import os
 import sys
+import time
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -23,6 +25,7 @@ from fastvec.vector._arguments import (check_failure_arguments, check_no_ended_e
 from fastvec.vector._pool import WorkerPool, usable_cpus
 from fastvec.vector._batch_tree import copy_batch, put_rows
 from fastvec.vector._staging import Staging, layouts
+from fastvec.vector._stats import StatsRegion, summarize
 from fastvec.vector._step_driver import StepDriver
 from fastvec.vector._worker_vector_env import CallState, WorkerVectorEnv
 
@@ -158,6 +161,10 @@ class FastVectorEnv(WorkerVectorEnv):
             closes and ``TimeoutError`` names the env it was stepping. It bounds the steps of
             ``step``, ``step_async``/``step_wait`` and ``send``/``recv`` (seen within
             ``step_timeout``, or 0.1 s while other workers keep answering ``recv``).
+        stats: keep counters in the shared block (default True): steps and resets per env,
+            each worker's env time and waits, the caller's time in and between steps.
+            :meth:`stats` reads them, and so does ``python -m fastvec.monitor PID`` from
+            another process. False: nothing is counted. See ``docs/monitor.md``.
 
     Raises:
         TypeError: ``env_fns`` is not a non-empty sequence of callables, or bad
@@ -172,6 +179,7 @@ class FastVectorEnv(WorkerVectorEnv):
     # Until __init__ has run: Gymnasium < 1.3's VectorEnv.__del__ closes an env whose
     # constructor raised (a bad keyword, say), and there is nothing to close then.
     _pool = None
+    _stats = None
 
     def __init__(
         self,
@@ -193,6 +201,7 @@ class FastVectorEnv(WorkerVectorEnv):
         env_failure: str = "raise",
         max_restarts: int = 100,
         step_timeout: float | None = None,
+        stats: bool = True,
     ) -> None:
         if sys.platform == "win32":
             # Its workers get the shared block by file-descriptor passing (SCM_RIGHTS) and are
@@ -249,7 +258,12 @@ class FastVectorEnv(WorkerVectorEnv):
             obs_layout, act_layout, sections, size = layouts(
                 self.single_observation_space, self.single_action_space, self.num_envs, self.num_workers,
                 self.shared_memory)
-            buffer = self._pool.attach(sections, size, obs_layout, act_layout)
+            buffer = self._pool.attach(sections, size, obs_layout, act_layout, stats=bool(stats))
+            self._stats = StatsRegion(buffer["stats"]) if stats else None
+            self._stats_before: tuple[float, dict] | None = None  # (when, snapshot) of the last stats()
+            self._stats_created = time.perf_counter()
+            self._step_end_ns = 0  # when the last step returned (perf_counter_ns), 0: none yet
+            self._caller_totals = [0, 0, 0, 0]  # (the caller's row, kept as exact Python ints)
             self._staging = Staging(buffer, obs_layout, act_layout, self.single_observation_space,
                                     self.action_space, self._pool.starts, self._pool.worker_of_env, self.copy)
             self._pool.views.append(weakref.ref(self._staging))
@@ -344,6 +358,70 @@ class FastVectorEnv(WorkerVectorEnv):
     # -- the step -----------------------------------------------------------------------
     def step(self, actions):
         """Step every env with its action; returns (obs, rewards, terminations, truncations, infos)."""
+        if self._stats is None:
+            return self._step(actions)
+        start = time.perf_counter_ns()
+        try:
+            return self._step(actions)
+        finally:
+            self._count_step(start, self.num_envs)
+
+    def _count_step(self, start_ns: int, transitions: int) -> None:
+        """Add a step (or recv) that began at ``start_ns`` to the caller's row of the
+        statistics region (see ``fastvec.vector._stats.Caller``)."""
+        end = time.perf_counter_ns()
+        totals = self._caller_totals
+        totals[0] += 1
+        totals[1] += transitions
+        totals[2] += end - start_ns
+        if self._step_end_ns:
+            totals[3] += start_ns - self._step_end_ns
+        self._step_end_ns = end
+        if self._stats is not None:  # (still open)
+            self._stats.caller[:4] = totals
+
+    def stats(self) -> dict[str, Any]:
+        """Where the time went since the last call (or since the vector env was made).
+
+        Returns:
+            A dict: ``wall_s`` (the window), ``steps`` and ``sps`` (env transitions per
+            second, ``step`` and ``recv`` together), ``in_step_s`` and ``between_steps_s``
+            (the caller's time inside steps and between them, the trainer's), ``trainer_share``
+            (the latter's share), ``workers`` (per worker: ``envs``, ``commands``, ``step_s``
+            and ``wait_s``, ``utilisation`` (its envs' share of the wall time),
+            ``step_us_mean`` and the ``step_us_p50``/``step_us_p99`` of its commands, upper
+            bucket edges of a power-of-two histogram), ``env_steps`` and ``env_resets`` (per
+            env, autoresets included) and ``advice`` (sentences naming a slow worker, or a
+            trainer that holds most of the time).
+
+        Raises:
+            RuntimeError: the vector env was made with ``stats=False``, or is closed.
+
+        Example:
+            >>> import gymnasium as gym
+            >>> import numpy as np
+            >>> from fastvec import FastVectorEnv
+            >>> envs = FastVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(4)], num_workers=2)
+            >>> _ = envs.reset(seed=0)
+            >>> for _ in range(10):
+            ...     _ = envs.step(np.zeros(4, dtype=np.int64))
+            >>> report = envs.stats()
+            >>> report["steps"], sum(w["commands"] for w in report["workers"])  # (2 workers)
+            (10, 20)
+            >>> sum(report["env_steps"]) + sum(report["env_resets"])  # (a NEXT_STEP autoreset is a reset)
+            44
+            >>> envs.close()
+        """
+        self._assert_is_running()
+        if self._stats is None:
+            raise RuntimeError("this FastVectorEnv was made with stats=False: it counts nothing")
+        now = time.perf_counter()
+        snapshot = self._stats.snapshot()
+        when, before = self._stats_before or (self._stats_created, None)
+        self._stats_before = (now, snapshot)
+        return summarize(snapshot, before, now - when)
+
+    def _step(self, actions):
         driver = self._driver
         if (driver is not None and self._state is _DEFAULT
                 and not (self._async_used and self._inflight.any())):
@@ -507,6 +585,14 @@ class FastVectorEnv(WorkerVectorEnv):
         workers, by worker index). Rewards are 0 and flags False for envs whose
         last command was a reset. Raises ``TimeoutError`` after ``timeout`` seconds.
         """
+        if self._stats is None:
+            return self._recv(timeout)
+        start = time.perf_counter_ns()
+        out = self._recv(timeout)
+        self._count_step(start, len(out[1]))
+        return out
+
+    def _recv(self, timeout: float | None):
         self._assert_is_running()
         if not self._inflight.any():
             raise NoAsyncCallError("Calling `recv` with nothing sent: call `send` or `async_reset` first.", "recv")
@@ -601,6 +687,7 @@ class FastVectorEnv(WorkerVectorEnv):
             except Exception:
                 terminate = True
         self._pool.shutdown(terminate=terminate, timeout=timeout)
+        self._stats = None  # (its views would keep the block mapped)
 
     def __repr__(self) -> str:
         if self.spec is None:

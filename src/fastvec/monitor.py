@@ -1,0 +1,196 @@
+"""``python -m fastvec.monitor PID``: watch the FastVectorEnvs of a running process from outside.
+
+Every FastVectorEnv made with ``stats=True`` (the default) keeps counters at the start of its
+shared block (:mod:`fastvec.vector._stats`), and its process keeps the block's descriptor open.
+This monitor finds those blocks in ``/proc/PID/fd`` (Linux; the same user's processes, as for
+``ps`` or ``py-spy``), maps each read-only, and prints what two readings ``--interval`` seconds
+apart say: env transitions per second, the trainer's share of the time, each worker's
+utilisation and step-time percentiles, each env's steps and resets, and advice. It writes
+nothing and holds no lock: the job runs on as if it were not there, and goes on when the
+monitor stops.
+
+    python -m fastvec.monitor 12345                   # a live table, refreshed every second
+    python -m fastvec.monitor 12345 --once --json     # one reading, as JSON, for scripts
+
+Example (this process's own vector env):
+    >>> import os, gymnasium as gym, numpy as np
+    >>> from fastvec import FastVectorEnv
+    >>> from fastvec.monitor import attach
+    >>> envs = FastVectorEnv([lambda: gym.make("CartPole-v1")] * 2, num_workers=1)
+    >>> _ = envs.reset(seed=0)
+    >>> _ = envs.step(np.zeros(2, dtype=np.int64))
+    >>> [block] = attach(os.getpid())
+    >>> block.snapshot()["caller"]["steps"]
+    1
+    >>> block.close(); envs.close()
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import mmap
+import os
+import sys
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from fastvec.vector._stats import HEADER, MAGIC, VERSION, StatsRegion, summarize, words
+
+__all__ = ["AttachedBlock", "attach", "main"]
+
+_BLOCK_NAME = "/memfd:fastvec_"
+
+
+class AttachedBlock:
+    """One FastVectorEnv's statistics region in another (or this) process, mapped read-only.
+
+    Attributes:
+        pid: the process that holds the vector env; fd: its descriptor of the block.
+    """
+
+    def __init__(self, pid: int, fd: int, region: StatsRegion, mapping: mmap.mmap):
+        self.pid, self.fd = pid, fd
+        self._region, self._mapping = region, mapping
+
+    @property
+    def num_workers(self) -> int:
+        return self._region.num_workers
+
+    @property
+    def num_envs(self) -> int:
+        return self._region.num_envs
+
+    def snapshot(self) -> dict[str, Any]:
+        """Every counter now (see :meth:`fastvec.vector._stats.StatsRegion.snapshot`)."""
+        return self._region.snapshot()
+
+    def close(self) -> None:
+        """Unmap the region (the job is not affected)."""
+        self._region = None
+        self._mapping.close()
+
+
+def attach(pid: int) -> list[AttachedBlock]:
+    """The statistics regions of every FastVectorEnv (with ``stats=True``) of process ``pid``.
+
+    Raises:
+        ProcessLookupError: no process ``pid``.
+        PermissionError: its descriptors cannot be read (another user's process).
+        LookupError: it has no FastVectorEnv with statistics.
+    """
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        raise ValueError(f"pid must be a positive int, got {pid!r}")
+    fd_dir = f"/proc/{pid}/fd"
+    if not os.path.isdir(f"/proc/{pid}"):
+        raise ProcessLookupError(f"no process {pid} (or no /proc: the monitor needs Linux)")
+    try:
+        fds = os.listdir(fd_dir)
+    except PermissionError:
+        raise PermissionError(f"cannot read process {pid}'s file descriptors: the monitor attaches to "
+                              "processes of the same user only") from None
+    blocks = []
+    seen = set()  # (a process may hold a block through several descriptors: Python's mmap keeps a dup)
+    for name in sorted(fds, key=int):
+        path = f"{fd_dir}/{name}"
+        try:
+            if not os.readlink(path).startswith(_BLOCK_NAME):
+                continue
+            info = os.stat(path)
+            if (info.st_dev, info.st_ino) in seen:
+                continue
+            block = _map(pid, int(name), path)
+        except (OSError, ValueError):
+            continue  # (closed meanwhile, or not a statistics region)
+        if block is not None:
+            seen.add((info.st_dev, info.st_ino))
+            blocks.append(block)
+    if not blocks:
+        raise LookupError(f"process {pid} has no FastVectorEnv with statistics (made with stats=True, the "
+                          "default, and not closed)")
+    return blocks
+
+
+def _map(pid: int, fd: int, path: str) -> AttachedBlock | None:
+    with open(path, "rb") as file:
+        header = np.frombuffer(os.pread(file.fileno(), 8 * HEADER, 0), dtype=np.uint64)
+        if len(header) < HEADER or header[0] != MAGIC or header[1] != VERSION:
+            return None
+        size = 8 * words(int(header[2]), int(header[3]))
+        mapping = mmap.mmap(file.fileno(), size, prot=mmap.PROT_READ)
+    region = StatsRegion(np.frombuffer(mapping, dtype=np.uint64, count=size // 8))
+    return AttachedBlock(pid, fd, region, mapping)
+
+
+def readings(blocks: Sequence[AttachedBlock], interval: float) -> list[dict[str, Any]]:
+    """Each block's :func:`fastvec.vector._stats.summarize` over ``interval`` seconds, with
+    its ``totals`` since the vector env was made (vector steps, env steps, env resets)."""
+    before = [(time.perf_counter(), block.snapshot()) for block in blocks]
+    time.sleep(interval)
+    out = []
+    for block, (then, old) in zip(blocks, before):
+        now = block.snapshot()
+        summary = summarize(now, old, time.perf_counter() - then)
+        totals = {"steps": now["caller"]["steps"], "env_steps": sum(now["env_steps"]),
+                  "env_resets": sum(now["env_resets"])}
+        out.append({"pid": block.pid, "fd": block.fd, "num_workers": block.num_workers,
+                    "num_envs": block.num_envs, "totals": totals, **summary})
+    return out
+
+
+def render(reading: dict[str, Any], width: int = 30) -> str:
+    """A reading as text: the vector env's line, a bar per worker, the advice."""
+    share = reading["trainer_share"]
+    lines = [f"pid {reading['pid']} fd {reading['fd']}: {reading['num_envs']} envs, {reading['num_workers']} workers | "
+             f"{reading['sps']:,.0f} env steps/s | trainer {'-' if share is None else f'{100 * share:.0f} %'} "
+             f"of the time in and between steps"]
+    for k, worker in enumerate(reading["workers"]):
+        used = min(max(worker["utilisation"], 0.0), 1.0)
+        bar = "#" * round(used * width) + "." * (width - round(used * width))
+        p50, p99 = worker["step_us_p50"], worker["step_us_p99"]
+        lines.append(f"  worker {k:>2} [{bar}] {100 * used:5.1f} % busy | {worker['envs']} envs | step p50 "
+                     f"<{'-' if p50 is None else f'{p50:.0f}'} µs, p99 <{'-' if p99 is None else f'{p99:.0f}'} µs")
+    lines.extend(f"  ! {line}" for line in reading["advice"])
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m fastvec.monitor", description=__doc__.split("\n\n")[0])
+    parser.add_argument("pid", type=int, help="the process that runs the FastVectorEnvs")
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between two readings (default 1)")
+    parser.add_argument("--once", action="store_true", help="print one reading and exit")
+    parser.add_argument("--json", action="store_true", help="print readings as JSON (one line each)")
+    args = parser.parse_args(argv)
+    if args.interval <= 0:
+        parser.error(f"--interval must be > 0, got {args.interval}")
+    try:
+        blocks = attach(args.pid)
+    except (ProcessLookupError, PermissionError, LookupError, ValueError) as error:
+        print(f"fastvec.monitor: {error}", file=sys.stderr)
+        return 1
+    try:
+        while True:
+            try:
+                current = readings(blocks, args.interval)
+            except (ValueError, OSError):  # (the job closed its vector env meanwhile)
+                print(f"fastvec.monitor: process {args.pid}'s vector env went away", file=sys.stderr)
+                return 0
+            if args.json:
+                print(json.dumps(current[0] if args.once and len(current) == 1 else current), flush=True)
+            else:
+                if not args.once:
+                    print("\x1b[H\x1b[2J", end="")
+                print("\n".join(render(r) for r in current), flush=True)
+            if args.once:
+                return 0
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        for block in blocks:
+            block.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

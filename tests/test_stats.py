@@ -1,0 +1,162 @@
+"""FastVectorEnv's statistics (``stats()``, the counters in the shared block) and
+``python -m fastvec.monitor``, which reads them from another process."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fastvec import FastVectorEnv
+from fastvec.monitor import attach
+from toy_envs import ToyEnv
+
+
+class Counting(gym.Wrapper):
+    """Counts its env's steps and resets (the reference, in this process)."""
+
+    def __init__(self, env, counts, k):
+        super().__init__(env)
+        self.counts, self.k = counts, k
+
+    def step(self, action):
+        self.counts[self.k, 0] += 1
+        return self.env.step(action)
+
+    def reset(self, **kwargs):
+        self.counts[self.k, 1] += 1
+        return self.env.reset(**kwargs)
+
+
+@settings(max_examples=6, deadline=None)
+@given(num_envs=st.integers(1, 5), workers=st.integers(1, 3), steps=st.integers(0, 40),
+       mode=st.sampled_from([AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP]),
+       masked_reset=st.booleans(), seed=st.integers(0, 2**16))
+def test_counters_count_every_env_step_and_reset(num_envs, workers, steps, mode, masked_reset, seed):
+    """Steps and resets per env (autoresets, masked resets), the caller's steps and each
+    worker's commands equal what a counting wrapper sees under SyncVectorEnv on the same
+    seeds and actions."""
+    workers = min(workers, num_envs)
+    counts = np.zeros((num_envs, 2), np.int64)
+    reference = SyncVectorEnv([lambda k=k: Counting(ToyEnv(max_len=6), counts, k) for k in range(num_envs)],
+                              autoreset_mode=mode)
+    rng = np.random.default_rng(seed)
+    actions = rng.integers(0, 3, (steps, num_envs))
+    with FastVectorEnv([lambda: ToyEnv(max_len=6)] * num_envs, workers, autoreset_mode=mode) as envs:
+        for vec in (reference, envs):
+            vec.reset(seed=seed)
+            for t in range(steps):
+                vec.step(actions[t])
+                if masked_reset and t == steps // 2:
+                    vec.reset(options={"reset_mask": np.arange(num_envs) % 2 == 0})
+        report = envs.stats()
+    reference.close()
+    assert report["env_steps"] == counts[:, 0].tolist()
+    assert report["env_resets"] == counts[:, 1].tolist()
+    assert report["steps"] == steps
+    assert [w["commands"] for w in report["workers"]] == [steps] * workers
+    assert [w["envs"] for w in report["workers"]] == [len(r) for r in np.array_split(range(num_envs), workers)]
+
+
+def test_stats_is_a_window_since_the_last_call_and_names_a_slow_worker():
+    """Worker 1's env sleeps 3 ms a step, worker 0's none: the advice names worker 1."""
+    fns = [lambda: ToyEnv(max_len=50, info_prob=0.0)] + [lambda: ToyEnv(max_len=50, info_prob=0.0,
+                                                                        step_sleep=3e-3)]
+    with FastVectorEnv(fns, 2) as envs:
+        envs.reset(seed=0)
+        for _ in range(20):
+            envs.step(np.zeros(2, np.int64))
+        first = envs.stats()
+        for _ in range(5):
+            envs.step(np.zeros(2, np.int64))
+        second = envs.stats()
+    assert first["steps"] == 20 and second["steps"] == 5
+    assert sum(second["env_steps"]) + sum(second["env_resets"]) == 10
+    slow, fast = second["workers"][1], second["workers"][0]
+    assert slow["step_us_mean"] >= 3000 > fast["step_us_mean"]
+    assert slow["step_us_p50"] >= 2048
+    assert any(line.startswith("worker 1 is") for line in first["advice"]), first["advice"]
+    assert not any(line.startswith("worker 0 is") for line in first["advice"])
+
+
+def test_stats_off_counts_nothing_and_says_so():
+    with FastVectorEnv([lambda: ToyEnv()] * 2, 1, stats=False) as envs:
+        envs.reset(seed=0)
+        envs.step(np.zeros(2, np.int64))
+        with pytest.raises(RuntimeError, match="stats=False"):
+            envs.stats()
+        assert not envs._pool._buffers[0]["stats"].any()  # (off: not one word of it written)
+    with FastVectorEnv([lambda: ToyEnv()] * 2, 1) as envs:
+        pass
+    with pytest.raises(gym.error.ClosedEnvironmentError):
+        envs.stats()
+
+
+_JOB = """
+import sys, numpy as np
+from fastvec import FastVectorEnv
+sys.path.insert(0, {tests!r})
+from toy_envs import ToyEnv
+envs = FastVectorEnv([lambda: ToyEnv(info_prob=0.0)] * 3, 2)
+envs.reset(seed=0)
+for _ in range({steps}):
+    envs.step(np.zeros(3, np.int64))
+print("stepped", flush=True)
+sys.stdin.readline()  # (holds the vector env until told to go on)
+for _ in range({steps}):
+    envs.step(np.zeros(3, np.int64))
+print("done", flush=True)
+envs.close()
+"""
+
+
+def _monitor(*args):
+    return subprocess.run([sys.executable, "-m", "fastvec.monitor", *map(str, args)], capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_monitor_reads_a_running_job_from_outside_and_detaches():
+    tests = os.path.dirname(os.path.abspath(__file__))
+    job = subprocess.Popen([sys.executable, "-c", _JOB.format(tests=tests, steps=37)], stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout.readline().strip() == "stepped"
+        done = _monitor(job.pid, "--once", "--json", "--interval", "0.05")
+        assert done.returncode == 0, done.stderr
+        reading = json.loads(done.stdout)
+        assert reading["pid"] == job.pid and reading["num_envs"] == 3 and reading["num_workers"] == 2
+        assert reading["totals"]["steps"] == 37
+        assert reading["totals"]["env_steps"] + reading["totals"]["env_resets"] == 3 * (37 + 1)
+        assert reading["steps"] == 0  # (paused during the window)
+        text = _monitor(job.pid, "--once", "--interval", "0.05")
+        assert text.returncode == 0 and "worker  1 [" in text.stdout, text.stdout
+        job.stdin.write("go\n")
+        job.stdin.flush()
+        assert job.stdout.readline().strip() == "done"  # (the job went on after the monitor left)
+        assert job.wait(timeout=30) == 0
+    finally:
+        job.kill()
+        job.wait()
+
+
+def test_monitor_refuses_a_process_without_fastvec_or_no_process_clearly():
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        done = _monitor(idle.pid, "--once")
+        assert done.returncode == 1 and f"process {idle.pid} has no FastVectorEnv with statistics" in done.stderr
+    finally:
+        idle.kill()
+        idle.wait()
+    done = _monitor(idle.pid, "--once")
+    assert done.returncode == 1 and f"no process {idle.pid}" in done.stderr
+    with pytest.raises(ValueError, match="positive int"):
+        attach(-3)
+    assert _monitor(os.getpid(), "--interval", "0").returncode == 2
