@@ -164,6 +164,7 @@ def test_absent_rows_ignore_their_actions():
         actions = np.array([0, 1, 99, 2, 0, 99])  # (a2 is absent before step 2)
         _, _, terminated, truncated, _ = envs.step(actions)
         assert terminated.tolist()[2::3] == [True, True] and not truncated.any()
+        assert envs.stats()["env_steps"] == [1, 1]  # (its FastVectorEnv's counters: envs, not rows)
 
 
 def test_seeds_follow_seed_plus_i_whatever_the_workers():

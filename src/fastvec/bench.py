@@ -31,6 +31,7 @@ SECTIONS = {
     "ray": "RayVectorEnv: one shard's round trip vs local stepping, scaling over shards (the `ray` extra)",
     "train": "Training loops (CleanRL PPO, SB3 PPO, an Atari rollout) on each backend, torch at default threads and 1",
     "multiagent": "PettingZoo Parallel envs: MultiAgentVectorEnv vs SuperSuit (the `pettingzoo` extra and SuperSuit)",
+    "stats": "What FastVectorEnv's statistics cost, with and without a monitor attached",
 }
 
 

@@ -178,6 +178,11 @@ class MultiAgentVectorEnv(VectorEnv):
     def render(self):
         return self._envs.render()
 
+    def stats(self) -> dict[str, Any]:
+        """The statistics of the envs' FastVectorEnv (:meth:`fastvec.FastVectorEnv.stats`): its
+        ``env_steps`` and ``env_resets`` count envs, not rows, and ``sps`` env steps."""
+        return self._envs.stats()
+
     def __enter__(self) -> "MultiAgentVectorEnv":
         return self
 
