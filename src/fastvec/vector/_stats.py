@@ -84,6 +84,11 @@ class StatsRegion:
         stats.workers[:, WorkerStat.WORKER_ENVS] = envs_per_worker
         return stats
 
+    def release(self) -> None:
+        """Drop every view (the vector env is closed): the block is unmapped once nothing else
+        holds it. Counting then stops (:attr:`caller` is None)."""
+        self.region = self.caller = self.workers = self.histograms = self.env_counts = None
+
     @property
     def pid(self) -> int:
         return int(self.region[4])

@@ -260,6 +260,8 @@ class FastVectorEnv(WorkerVectorEnv):
                 self.shared_memory)
             buffer = self._pool.attach(sections, size, obs_layout, act_layout, stats=bool(stats))
             self._stats = StatsRegion(buffer["stats"]) if stats else None
+            if self._stats is not None:
+                self._pool.views.append(weakref.ref(self._stats))  # (released at shutdown)
             self._stats_before: tuple[float, dict] | None = None  # (when, snapshot) of the last stats()
             self._stats_created = time.perf_counter()
             self._step_end_ns = 0  # when the last step returned (perf_counter_ns), 0: none yet
@@ -377,8 +379,9 @@ class FastVectorEnv(WorkerVectorEnv):
         if self._step_end_ns:
             totals[3] += start_ns - self._step_end_ns
         self._step_end_ns = end
-        if self._stats is not None:  # (still open)
-            self._stats.caller[:4] = totals
+        caller = None if self._stats is None else self._stats.caller
+        if caller is not None:  # (None: the vector env closed, e.g. after a failure in this step)
+            caller[:4] = totals
 
     def stats(self) -> dict[str, Any]:
         """Where the time went since the last call (or since the vector env was made).
@@ -413,7 +416,7 @@ class FastVectorEnv(WorkerVectorEnv):
             >>> envs.close()
         """
         self._assert_is_running()
-        if self._stats is None:
+        if self._stats is None or self._stats.caller is None:
             raise RuntimeError("this FastVectorEnv was made with stats=False: it counts nothing")
         now = time.perf_counter()
         snapshot = self._stats.snapshot()
@@ -687,7 +690,6 @@ class FastVectorEnv(WorkerVectorEnv):
             except Exception:
                 terminate = True
         self._pool.shutdown(terminate=terminate, timeout=timeout)
-        self._stats = None  # (its views would keep the block mapped)
 
     def __repr__(self) -> str:
         if self.spec is None:
