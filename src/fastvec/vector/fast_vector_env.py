@@ -363,10 +363,9 @@ class FastVectorEnv(WorkerVectorEnv):
         if self._stats is None:
             return self._step(actions)
         start = time.perf_counter_ns()
-        try:
-            return self._step(actions)
-        finally:
-            self._count_step(start, self.num_envs)
+        out = self._step(actions)
+        self._count_step(start, self.num_envs)
+        return out
 
     def _count_step(self, start_ns: int, transitions: int) -> None:
         """Add a step (or recv) that began at ``start_ns`` to the caller's row of the
