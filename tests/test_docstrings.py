@@ -8,6 +8,7 @@ import pytest
 
 MODULES = [
     "fastvec.advantages",
+    "fastvec.autotune",
     "fastvec.bench",
     "fastvec.integrations",
     "fastvec.integrations.rllib",
