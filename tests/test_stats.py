@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import sys
-import time
+import threading
 
 import gymnasium as gym
 import numpy as np
@@ -160,3 +160,41 @@ def test_monitor_refuses_a_process_without_fastvec_or_no_process_clearly():
     with pytest.raises(ValueError, match="positive int"):
         attach(-3)
     assert _monitor(os.getpid(), "--interval", "0").returncode == 2
+
+
+def test_the_live_view_and_its_png_name_the_slow_worker(tmp_path):
+    """The rich view (the ``monitor`` extra) of a job whose worker 1 steps an env of 3 ms, and
+    its PNG, drawn headless."""
+    pytest.importorskip("rich")
+    pytest.importorskip("PIL")
+    import io
+
+    from rich.console import Console
+
+    from fastvec.monitor import readings, rich_view, save_png
+
+    fns = [lambda: ToyEnv(max_len=50, info_prob=0.0)] + [lambda: ToyEnv(max_len=50, info_prob=0.0,
+                                                                        step_sleep=3e-3)]
+    with FastVectorEnv(fns, 2) as envs:
+        envs.reset(seed=0)
+        blocks = attach(os.getpid())
+        try:
+            mine = [b for b in blocks if b.snapshot()["env_steps"] == [0, 0]]
+            assert len(mine) == 1
+            # (steps taken while the monitor's window is open: its reading is of that window)
+            stepper = threading.Thread(target=lambda: [envs.step(np.zeros(2, np.int64)) for _ in range(20)])
+            stepper.start()
+            now = readings(mine, 0.5)
+            stepper.join()
+        finally:
+            for block in blocks:
+                block.close()
+    out = io.StringIO()
+    Console(file=out, width=120).print(rich_view(now))
+    text = out.getvalue()
+    assert "2 envs · 2 workers" in text and "! worker 1 is" in text, text
+    save_png(now, str(tmp_path / "view.png"))
+    from PIL import Image
+
+    with Image.open(tmp_path / "view.png") as image:
+        assert image.format == "PNG" and image.width > 600 and image.height > 100

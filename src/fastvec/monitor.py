@@ -9,8 +9,10 @@ utilisation and step-time percentiles, each env's steps and resets, and advice. 
 nothing and holds no lock: the job runs on as if it were not there, and goes on when the
 monitor stops.
 
-    python -m fastvec.monitor 12345                   # a live table, refreshed every second
+    python -m fastvec.monitor 12345                   # live, refreshed every second (rich: the
+                                                      # `monitor` extra; else plain text)
     python -m fastvec.monitor 12345 --once --json     # one reading, as JSON, for scripts
+    python -m fastvec.monitor 12345 --png view.png    # one reading drawn into a PNG
 
 Example (this process's own vector env):
     >>> import os, gymnasium as gym, numpy as np
@@ -27,6 +29,8 @@ Example (this process's own vector env):
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import mmap
 import os
@@ -38,7 +42,7 @@ import numpy as np
 
 from fastvec.vector._stats import HEADER, MAGIC, VERSION, StatsRegion, summarize, words
 
-__all__ = ["AttachedBlock", "attach", "main"]
+__all__ = ["AttachedBlock", "attach", "readings", "render", "rich_view", "save_png", "main"]
 
 _BLOCK_NAME = "/memfd:fastvec_"
 
@@ -155,6 +159,76 @@ def render(reading: dict[str, Any], width: int = 30) -> str:
     return "\n".join(lines)
 
 
+def rich_view(readings_now: Sequence[dict[str, Any]]):
+    """The readings as a ``rich`` renderable (the live view; the ``monitor`` extra): per
+    vector env a table of its workers (a utilisation bar each, step-time percentiles, env
+    steps per second), its rates in the title and its advice underneath."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    parts = []
+    for r in readings_now:
+        share = r["trainer_share"]
+        table = Table(title=f"pid {r['pid']} · {r['num_envs']} envs · {r['num_workers']} workers · "
+                            f"{r['sps']:,.0f} env steps/s · trainer {'-' if share is None else f'{100 * share:.0f} %'}",
+                      title_justify="left", expand=False)
+        for column, justify in (("worker", "right"), ("envs", "right"), ("busy", "left"), ("", "right"),
+                                ("step p50", "right"), ("step p99", "right"), ("env steps/s", "right")):
+            table.add_column(column, justify=justify)
+        per_worker_steps = _env_steps_per_worker(r)
+        for k, w in enumerate(r["workers"]):
+            used = min(max(w["utilisation"], 0.0), 1.0)
+            filled = round(used * 24)
+            bar = Text("█" * filled, style="green" if used < 0.8 else "red") + Text("░" * (24 - filled), style="dim")
+            p50, p99 = w["step_us_p50"], w["step_us_p99"]
+            table.add_row(str(k), str(w["envs"]), bar, f"{100 * used:.0f} %",
+                          "-" if p50 is None else f"<{p50:,.0f} µs", "-" if p99 is None else f"<{p99:,.0f} µs",
+                          f"{per_worker_steps[k] / r['wall_s']:,.0f}")
+        parts.append(table)
+        parts.extend(Text(f"! {line}", style="bold yellow") for line in r["advice"])
+    return Group(*parts)
+
+
+def _env_steps_per_worker(reading: dict[str, Any]) -> list[int]:
+    out, at = [], 0
+    for w in reading["workers"]:
+        out.append(sum(reading["env_steps"][at:at + w["envs"]]))
+        at += w["envs"]
+    return out
+
+
+def save_png(readings_now: Sequence[dict[str, Any]], path: str, width: int = 110) -> None:
+    """Draw the live view of ``readings_now`` into a PNG at ``path``, headless (``rich`` lays
+    it out, Pillow draws its characters in their colours in DejaVu Sans Mono): for docs and
+    bug reports."""
+    from PIL import Image, ImageDraw, ImageFont
+    from rich.console import Console
+
+    console = Console(width=width, color_system="truecolor", file=io.StringIO())
+    lines = [[(segment.text, segment.style) for segment in line if segment.text]
+             for line in console.render_lines(rich_view(readings_now), console.options.update(width=width), pad=False)]
+    try:
+        font = ImageFont.truetype("DejaVuSansMono.ttf", 15)
+    except OSError:
+        font = ImageFont.load_default()
+    cell_w, cell_h = font.getbbox("M")[2], 20
+    image = Image.new("RGB", (cell_w * width + 24, cell_h * len(lines) + 24), (24, 24, 28))
+    draw = ImageDraw.Draw(image)
+    for row, line in enumerate(lines):
+        x = 12
+        for text, style in line:
+            color = (220, 220, 220)
+            if style is not None and style.color is not None:
+                triplet = style.color.get_truecolor()
+                color = (triplet.red, triplet.green, triplet.blue)
+            if style is not None and style.dim:
+                color = tuple(c // 2 for c in color)
+            draw.text((x, 12 + row * cell_h), text, font=font, fill=color)
+            x += cell_w * len(text)
+    image.save(path)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line; returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m fastvec.monitor", description=__doc__.split("\n\n")[0])
@@ -162,6 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between two readings (default 1)")
     parser.add_argument("--once", action="store_true", help="print one reading and exit")
     parser.add_argument("--json", action="store_true", help="print readings as JSON (one line each)")
+    parser.add_argument("--plain", action="store_true", help="plain text, even where rich is installed")
+    parser.add_argument("--png", metavar="PATH", help="draw one reading into a PNG image (needs rich and Pillow)")
     args = parser.parse_args(argv)
     if args.interval <= 0:
         parser.error(f"--interval must be > 0, got {args.interval}")
@@ -171,25 +247,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fastvec.monitor: {error}", file=sys.stderr)
         return 1
     try:
-        while True:
+        if args.png:
+            save_png(readings(blocks, args.interval), args.png)
+            return 0
+        live = None
+        if not (args.json or args.once or args.plain):
             try:
-                current = readings(blocks, args.interval)
-            except (ValueError, OSError):  # (the job closed its vector env meanwhile)
-                print(f"fastvec.monitor: process {args.pid}'s vector env went away", file=sys.stderr)
-                return 0
-            if args.json:
-                print(json.dumps(current[0] if args.once and len(current) == 1 else current), flush=True)
+                from rich.live import Live
+            except ImportError:
+                print("(pip install 'fastvec[monitor]' for the live view; plain text here)", file=sys.stderr)
             else:
-                if not args.once:
-                    print("\x1b[H\x1b[2J", end="")
-                print("\n".join(render(r) for r in current), flush=True)
-            if args.once:
-                return 0
+                live = Live(refresh_per_second=4)
+        with live if live is not None else contextlib.nullcontext():
+            while True:
+                current = readings(blocks, args.interval)
+                if live is not None:
+                    live.update(rich_view(current))
+                elif args.json:
+                    print(json.dumps(current[0] if args.once and len(current) == 1 else current), flush=True)
+                else:
+                    if not args.once:
+                        print("\x1b[H\x1b[2J", end="")
+                    print("\n".join(render(r) for r in current), flush=True)
+                if args.once:
+                    return 0
     except KeyboardInterrupt:
         return 0
     finally:
         for block in blocks:
             block.close()
+
 
 
 if __name__ == "__main__":
