@@ -19,6 +19,10 @@ def test_candidates_start_with_the_defaults_and_cover_workers_caller_share_and_h
     assert {"num_workers": 2, "batch_size": 4} in tried
     assert all(s.get("num_workers", 1) <= 3 for s in tried)
     assert max(s.get("num_workers", 1) for s in candidates(2, 8)) == 2  # (never more workers than envs)
+    for num_envs, cores in ((8, 8), (10, 4), (6, 4), (7, 2)):  # (half batches only where recv allows them)
+        for setting in candidates(num_envs, cores):
+            if "batch_size" in setting:
+                assert num_envs % setting["num_workers"] == 0 and setting["batch_size"] == num_envs // 2
 
 
 def _fake_rates(monkeypatch, rates):
@@ -51,12 +55,11 @@ def test_the_budget_stops_trying_settings(monkeypatch):
 
 def test_a_real_run_prints_its_table_calls_the_policy_and_leaves_no_process(capsys):
     calls = []
-    pick = autotune([lambda: gym.make("CartPole-v1")] * 4, seconds=0.2,
+    autotune([lambda: gym.make("CartPole-v1")] * 4, seconds=0.2,
                     settings=[{"num_workers": 1}, {"num_workers": 2, "batch_size": 2}],
                     policy=lambda obs: calls.append(len(obs)))
     out = capsys.readouterr().out
     assert "| (defaults)" in out and "| num_workers=1 " in out and "| num_workers=2, batch_size=2" in out
-    assert pick in ({}, {"num_workers": 1}, {"num_workers": 2, "batch_size": 2})
     assert 4 in calls and 2 in calls  # (lockstep batches of 4; half batches of 2 from recv)
     assert multiprocessing.active_children() == []
 

@@ -336,6 +336,8 @@ def test_padded_spaces_and_the_action_mask():
 
 
 def test_spaces_that_differ_are_refused_unless_padded_and_unpaddable_ones_always():
+    from gymnasium import spaces
+
     with pytest.raises(ValueError, match="observation space .* differs.*pad_spaces=True"):
         MultiAgentVectorEnv([Mixed])
 
@@ -345,6 +347,13 @@ def test_spaces_that_differ_are_refused_unless_padded_and_unpaddable_ones_always
 
     with pytest.raises(ValueError, match="cannot pad the agents' action spaces.*'scout': Discrete"):
         MultiAgentVectorEnv([BoxAndDiscrete], pad_spaces=True)
+
+    class NestedDiscrete(Mixed):  # (only a Discrete action space as a whole gets a mask)
+        def action_space(self, agent):
+            return spaces.Dict({"move": Mixed.action_space(self, agent)})
+
+    with pytest.raises(ValueError, match="Discrete actions of different n inside a Dict"):
+        MultiAgentVectorEnv([NestedDiscrete], pad_spaces=True)
 
 
 def test_to_sb3_runs_sb3s_ppo_on_agent_rows_and_refuses_agents_that_leave_early():

@@ -66,6 +66,30 @@ def test_counters_count_every_env_step_and_reset(num_envs, workers, steps, mode,
     assert [w["envs"] for w in report["workers"]] == [len(r) for r in np.array_split(range(num_envs), workers)]
 
 
+@pytest.mark.parametrize("kwargs", [{"step_in_caller": True}, {"act": "dict"}, {"async_api": True}],
+                         ids=["caller-share", "dict-actions", "step_async"])
+def test_every_step_path_is_counted(kwargs):
+    """Steps the worker's compiled loop leaves to Python (Dict actions), the caller's own share,
+    and step_async/step_wait: each worker's commands and the caller's steps all counted."""
+    act = kwargs.get("act", "discrete")
+    make = [lambda: ToyEnv(act_space=act, info_prob=0.0)] * 3
+    with FastVectorEnv(make, 2, step_in_caller=kwargs.get("step_in_caller", False)) as envs:
+        envs.reset(seed=0)
+        envs.action_space.seed(0)
+        for _ in range(6):
+            actions = envs.action_space.sample()
+            if kwargs.get("async_api"):
+                envs.step_async(actions)
+                envs.step_wait()
+            else:
+                envs.step(actions)
+        report = envs.stats()
+    assert report["steps"] == 6 and report["sps"] > 0
+    assert [w["commands"] for w in report["workers"]] == [6, 6]
+    assert all(w["step_us_p50"] is not None for w in report["workers"])
+    assert sum(report["env_steps"]) + sum(report["env_resets"]) == 3 * 7
+
+
 def test_stats_is_a_window_since_the_last_call_and_names_a_slow_worker():
     """Worker 1's env sleeps 3 ms a step, worker 0's none: the advice names worker 1."""
     fns = [lambda: ToyEnv(max_len=50, info_prob=0.0)] + [lambda: ToyEnv(max_len=50, info_prob=0.0,
@@ -131,7 +155,7 @@ def test_monitor_reads_a_running_job_from_outside_and_detaches():
         assert job.stdout.readline().strip() == "stepped"
         done = _monitor(job.pid, "--once", "--json", "--interval", "0.05")
         assert done.returncode == 0, done.stderr
-        reading = json.loads(done.stdout)
+        [reading] = json.loads(done.stdout)
         assert reading["pid"] == job.pid and reading["num_envs"] == 3 and reading["num_workers"] == 2
         assert reading["totals"]["steps"] == 37
         assert reading["totals"]["env_steps"] + reading["totals"]["env_resets"] == 3 * (37 + 1)

@@ -25,8 +25,8 @@ __all__ = ["autotune", "candidates", "main"]
 def candidates(num_envs: int, cores: int) -> list[dict[str, Any]]:
     """The settings :func:`autotune` tries by default: the defaults first; then each worker
     count from 1 to one per core (and one more, when the envs allow), each also with the
-    caller stepping a share itself; and, with two workers or more, ``send``/``recv`` in half
-    batches (``batch_size``: as many envs as half the workers step).
+    caller stepping a share itself; and, with an even number of workers among which the envs
+    divide evenly, ``send``/``recv`` in half batches (``batch_size``: half the envs).
 
     Example:
         >>> [c for c in candidates(8, 2)][:3]
@@ -37,9 +37,8 @@ def candidates(num_envs: int, cores: int) -> list[dict[str, Any]]:
         out.append({"num_workers": workers})
         if workers > 1 or num_envs > 1:
             out.append({"num_workers": workers, "step_in_caller": True})
-        if workers >= 2 and workers % 2 == 0:
-            half = sum(len(part) for part in np.array_split(np.arange(num_envs), workers)[: workers // 2])
-            out.append({"num_workers": workers, "batch_size": half})
+        if workers >= 2 and workers % 2 == 0 and num_envs % workers == 0:
+            out.append({"num_workers": workers, "batch_size": num_envs // 2})
     return out
 
 
@@ -99,14 +98,22 @@ def autotune(env_fns: Sequence[Callable[[], Any]], *, seconds: float = 1.0, thin
     for setting in tried:
         if budget_s is not None and rates and time.perf_counter() - started > budget_s:
             break
-        rates.append((setting, _measure(env_fns, setting, seconds, think_us, policy)))
+        try:
+            rate = _measure(env_fns, setting, seconds, think_us, policy)
+        except (ValueError, TypeError) as error:  # (a setting these envs refuse: reported, not picked)
+            if not setting:
+                raise
+            rate, setting = float("nan"), {**setting, "_error": f"{type(error).__name__}: {error}"}
+        rates.append((setting, rate))
     default = rates[0][1]
-    best_setting, best = max(rates, key=lambda item: item[1])
+    valid = [(s, r) for s, r in rates if "_error" not in s]
+    best_setting, best = max(valid, key=lambda item: item[1])
     pick = best_setting if best > default * (1.0 + margin) else {}
     if verbose:
         from fastvec.bench import fmt_rate, print_table
 
-        rows = [[_label(s), fmt_rate(r), f"{r / default:.2f}x", "<-" if s == pick else ""] for s, r in rates]
+        rows = [[_label(s), s["_error"][:60] if "_error" in s else fmt_rate(r),
+                 "" if "_error" in s else f"{r / default:.2f}x", "<-" if s == pick else ""] for s, r in rates]
         print_table(f"autotune: {len(env_fns)} envs, {seconds:g} s each, "
                     f"{'policy' if policy else f'{think_us:g} µs of one-core work'} between steps",
                     ["FastVectorEnv keywords", "SPS", "vs defaults", "pick"], rows)
@@ -114,7 +121,7 @@ def autotune(env_fns: Sequence[Callable[[], Any]], *, seconds: float = 1.0, thin
 
 
 def _label(setting: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in setting.items()) or "(defaults)"
+    return ", ".join(f"{k}={v}" for k, v in setting.items() if k != "_error") or "(defaults)"
 
 
 def _busy(seconds: float) -> None:

@@ -91,6 +91,8 @@ def attach(pid: int) -> list[AttachedBlock]:
         raise ProcessLookupError(f"no process {pid} (or no /proc: the monitor needs Linux)")
     try:
         fds = os.listdir(fd_dir)
+    except FileNotFoundError:  # (it ended meanwhile)
+        raise ProcessLookupError(f"no process {pid}") from None
     except PermissionError:
         raise PermissionError(f"cannot read process {pid}'s file descriptors: the monitor attaches to "
                               "processes of the same user only") from None
@@ -248,7 +250,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     try:
         if args.png:
-            save_png(readings(blocks, args.interval), args.png)
+            try:
+                save_png(readings(blocks, args.interval), args.png)
+            except ImportError as error:
+                print(f"fastvec.monitor: --png needs rich and Pillow (pip install 'fastvec[monitor]'): {error}",
+                      file=sys.stderr)
+                return 1
             return 0
         live = None
         if not (args.json or args.once or args.plain):
@@ -264,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if live is not None:
                     live.update(rich_view(current))
                 elif args.json:
-                    print(json.dumps(current[0] if args.once and len(current) == 1 else current), flush=True)
+                    print(json.dumps(current), flush=True)  # (a list: one reading per vector env)
                 else:
                     if not args.once:
                         print("\x1b[H\x1b[2J", end="")

@@ -83,7 +83,8 @@ def padded_space(spaces: list[gym.Space], agents: list[str], what: str) -> gym.S
       inside them);
     - MultiBinary spaces of one rank: each axis as long as the longest;
     - Discrete spaces of one ``start``: the largest ``n`` (the actions past an agent's own
-      ``n`` are invalid for it: see MultiAgentVectorEnv's ``action_mask``);
+      ``n`` are invalid for it: see MultiAgentVectorEnv's ``action_mask``; inside a Dict or
+      Tuple action space, Discrete leaves must agree);
     - Dict spaces with the same keys, Tuple spaces of one length: padded leaf by leaf.
 
     Raises:
@@ -111,6 +112,9 @@ def padded_space(spaces: list[gym.Space], agents: list[str], what: str) -> gym.S
     if all(type(space) is gym.spaces.Discrete for space in spaces):
         if len({int(space.start) for space in spaces}) > 1:
             raise refuse("Discrete spaces with different starts")
+        if what.startswith("action ") and len({int(space.n) for space in spaces}) > 1:
+            # (only a Discrete action space as a whole gets action_mask and its check)
+            raise refuse("Discrete actions of different n inside a Dict or Tuple")
         return gym.spaces.Discrete(max(int(space.n) for space in spaces), start=int(first.start))
     if all(type(space) is gym.spaces.MultiBinary for space in spaces):
         if len({len(space.shape) for space in spaces}) > 1:
@@ -173,9 +177,10 @@ class AgentRows(gym.Env):
         self.metadata = dict(getattr(env, "metadata", None) or {})
         self.render_mode = getattr(env, "render_mode", None)
         self._index = {agent: i for i, agent in enumerate(self.possible_agents)}
-        # Two observation buffers, filled in turn, and handed out without a copy: the env loop
-        # copies an observation into the shared block at once, and the one a step that ends
-        # the episode returned (SAME_STEP's final_obs) must outlive the reset that follows.
+        # Two observation buffers, filled in turn, and handed out without a copy: the worker
+        # copies an observation into the shared block within the same command, and the one a
+        # step that ends the episode returned (SAME_STEP's final_obs) must outlive the reset
+        # that follows.
         self._buffers = [create_empty_array(self.agent_observation_space, self.num_agents, fn=np.zeros)
                          for _ in range(2)]
         self._turn = 0

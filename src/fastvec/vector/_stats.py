@@ -86,7 +86,10 @@ class StatsRegion:
 
     def release(self) -> None:
         """Drop every view (the vector env is closed): the block is unmapped once nothing else
-        holds it. Counting then stops (:attr:`caller` is None)."""
+        holds it. Counting then stops (:attr:`caller` is None), and the magic word is cleared,
+        so that a monitor no longer finds the block while something else still maps it."""
+        if self.region is not None:
+            self.region[0] = 0
         self.region = self.caller = self.workers = self.histograms = self.env_counts = None
 
     @property

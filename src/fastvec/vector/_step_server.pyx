@@ -169,6 +169,8 @@ cdef class StepServer:
             with nogil:
                 got = _sync.await_command(self.ctrl, self.worker, self.seq, self.spin, start + timeout_s)
             if not got:
+                if self.stats != NULL:
+                    self.stats[<int>WORKER_WAIT_NS] += <uint64_t>((_sync.now() - start) * 1e9)
                 return None
             self.seq += 1
             stepped_at = _sync.now()

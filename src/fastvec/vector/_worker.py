@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 import sys
+import time
 import traceback
 from typing import Any, Callable
 
@@ -36,7 +37,8 @@ from fastvec.vector._protocol import STATUS_MESSAGE as _MESSAGE
 from fastvec.vector._protocol import STATUS_OK as _OK
 from fastvec.vector._restarts import RestartState, derived_seed
 from fastvec.vector._shared_buffer import SharedBuffer, receive
-from fastvec.vector._stats import MAGIC, StatsRegion
+from fastvec.vector._protocol import WorkerStat
+from fastvec.vector._stats import HISTOGRAM_BUCKETS, MAGIC, StatsRegion
 from fastvec.vector._step_server import StepServer, watch_parent
 
 # The phase an error report names when an env's constructor raised as the env was built
@@ -137,11 +139,19 @@ class _Worker:
         if actions is None:
             actions = self._read_actions()
         loop = self.env_loop
+        started = time.perf_counter()
         try:
             loop.step(actions)
         except BaseException:
             self.current_env = loop.current
             raise
+        if self.stats_row is not None:
+            # (the steps StepServer hands to Python, and the caller's own share: counted as it
+            # counts its own)
+            took = time.perf_counter() - started
+            self.stats_row[WorkerStat.WORKER_COMMANDS] += 1
+            self.stats_row[WorkerStat.WORKER_STEP_NS] += int(took * 1e9)
+            self.stats_histogram[min(int(took * 1e6).bit_length(), HISTOGRAM_BUCKETS - 1)] += 1
         status = loop.quiet_status()  # the common case: everything is in the block
         return (status, None) if status >= 0 else self.finish_step()
 
@@ -225,6 +235,8 @@ class _Worker:
         last = self.last_obs[j]
         if self.autoreset_mode == AutoresetMode.SAME_STEP:
             obs, info = self.envs[j].reset(seed=seed)
+            if self.env_counts is not None:
+                self.env_counts[j, 1] += 1
             return obs, ({"final_obs": last, "final_info": restarted}, {**info, **restarted}), False
         self.next_seeds[j] = seed
         return last, (restarted,), True

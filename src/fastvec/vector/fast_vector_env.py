@@ -265,6 +265,7 @@ class FastVectorEnv(WorkerVectorEnv):
             self._stats_before: tuple[float, dict] | None = None  # (when, snapshot) of the last stats()
             self._stats_created = time.perf_counter()
             self._step_end_ns = 0  # when the last step returned (perf_counter_ns), 0: none yet
+            self._async_step_ns = 0  # when step_async sent the step step_wait waits for
             self._caller_totals = [0, 0, 0, 0]  # (the caller's row, kept as exact Python ints)
             self._staging = Staging(buffer, obs_layout, act_layout, self.single_observation_space,
                                     self.action_space, self._pool.starts, self._pool.worker_of_env, self.copy)
@@ -363,13 +364,17 @@ class FastVectorEnv(WorkerVectorEnv):
         if self._stats is None:
             return self._step(actions)
         start = time.perf_counter_ns()
-        out = self._step(actions)
+        try:
+            out = self._step(actions)
+        except BaseException:
+            self._step_end_ns = time.perf_counter_ns()  # (its time is not the trainer's)
+            raise
         self._count_step(start, self.num_envs)
         return out
 
     def _count_step(self, start_ns: int, transitions: int) -> None:
-        """Add a step (or recv) that began at ``start_ns`` to the caller's row of the
-        statistics region (see ``fastvec.vector._stats.Caller``)."""
+        """Add a step (``step``, ``step_async`` + ``step_wait``, or ``recv``) that began at
+        ``start_ns`` to the caller's row of the statistics region (``_protocol.CallerStat``)."""
         end = time.perf_counter_ns()
         totals = self._caller_totals
         totals[0] += 1
@@ -387,7 +392,7 @@ class FastVectorEnv(WorkerVectorEnv):
 
         Returns:
             A dict: ``wall_s`` (the window), ``steps`` and ``sps`` (env transitions per
-            second, ``step`` and ``recv`` together), ``in_step_s`` and ``between_steps_s``
+            second, ``step``, ``step_async``/``step_wait`` and ``recv`` together), ``in_step_s`` and ``between_steps_s``
             (the caller's time inside steps and between them, the trainer's), ``trainer_share``
             (the latter's share), ``workers`` (per worker: ``envs``, ``commands``, ``step_s``
             and ``wait_s``, ``utilisation`` (its envs' share of the wall time),
@@ -458,6 +463,7 @@ class FastVectorEnv(WorkerVectorEnv):
         if self._autoreset_disabled:
             check_no_ended_envs(self._autoreset_envs)
         pool, staging = self._pool, self._staging
+        self._async_step_ns = time.perf_counter_ns()  # (step_wait counts the step from here)
         per_env = staging.write_actions(actions)
         if per_env is None:
             staging.publish_action_dtypes(pool.all_workers)
@@ -469,7 +475,11 @@ class FastVectorEnv(WorkerVectorEnv):
 
     def step_wait(self, timeout: float | None = None):
         """Wait for the step sent by :meth:`step_async`; ``TimeoutError`` after ``timeout`` seconds."""
-        return self._step_results(self._collect(_WAITING_STEP, "step_wait", timeout))
+        out = self._step_results(self._collect(_WAITING_STEP, "step_wait", timeout))
+        if self._stats is not None and self._async_step_ns:
+            self._count_step(self._async_step_ns, self.num_envs)
+            self._async_step_ns = 0
+        return out
 
     def _step_results(self, infos: dict) -> tuple:
         """The step's (obs, rewards, terminations, truncations, infos), once every env has stepped."""
@@ -590,7 +600,11 @@ class FastVectorEnv(WorkerVectorEnv):
         if self._stats is None:
             return self._recv(timeout)
         start = time.perf_counter_ns()
-        out = self._recv(timeout)
+        try:
+            out = self._recv(timeout)
+        except BaseException:
+            self._step_end_ns = time.perf_counter_ns()  # (its time is not the trainer's)
+            raise
         self._count_step(start, len(out[1]))
         return out
 

@@ -77,7 +77,8 @@ class MultiAgentVectorEnv(VectorEnv):
             observations and actions to the longest of each axis, zeros after an agent's own
             values (an agent gets the leading part of its action row); Discrete actions up
             to the largest ``n``, with :attr:`action_mask` saying which are an agent's own
-            (an action past them raises ValueError); Dict and Tuple spaces leaf by leaf.
+            (an action past them raises ValueError); Dict and Tuple spaces leaf by leaf (their
+            Discrete action leaves must agree).
             Without it (default), agents whose spaces differ raise ValueError.
         **vector_kwargs: the rest of :class:`fastvec.FastVectorEnv`'s keywords
             (``context``, ``pin_workers``, ``env_failure``, ...), except ``batch_size`` and
