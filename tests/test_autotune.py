@@ -16,6 +16,7 @@ def test_candidates_start_with_the_defaults_and_cover_workers_caller_share_and_h
     tried = candidates(8, 2)
     assert tried[0] == {}
     assert {"num_workers": 1} in tried and {"num_workers": 3, "step_in_caller": True} in tried
+    assert {"num_workers": 2} not in tried  # (the defaults on 2 cores: measured once, as {})
     assert {"num_workers": 2, "batch_size": 4} in tried
     assert all(s.get("num_workers", 1) <= 3 for s in tried)
     assert max(s.get("num_workers", 1) for s in candidates(2, 8)) == 2  # (never more workers than envs)

@@ -10,5 +10,5 @@ def test_table_has_the_three_cases(capsys, monkeypatch):
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("| stats=")]
     assert [r.split("|")[1].strip() for r in rows] == [
-        "stats=False", "stats=True (default)", "stats=True, monitor reading every 0.1 s"]
+        "stats=False", "stats=True (default)", "stats=True, monitor reading every 1 s"]
     assert rows[0].split("|")[3].strip() == "1.000x"

@@ -23,8 +23,9 @@ __all__ = ["autotune", "candidates", "main"]
 
 
 def candidates(num_envs: int, cores: int) -> list[dict[str, Any]]:
-    """The settings :func:`autotune` tries by default: the defaults first; then each worker
-    count from 1 to one per core (and one more, when the envs allow), each also with the
+    """The settings :func:`autotune` tries by default: the defaults first (one worker per
+    core, at most one per env); then each other worker count from 1 to one per core (and one
+    more, when the envs allow), each worker count also with the
     caller stepping a share itself; and, with an even number of workers among which the envs
     divide evenly, ``send``/``recv`` in half batches (``batch_size``: half the envs).
 
@@ -34,7 +35,8 @@ def candidates(num_envs: int, cores: int) -> list[dict[str, Any]]:
     """
     out: list[dict[str, Any]] = [{}]
     for workers in range(1, min(cores + 1, num_envs) + 1):
-        out.append({"num_workers": workers})
+        if workers != min(cores, num_envs):  # (that one is the defaults)
+            out.append({"num_workers": workers})
         if workers > 1 or num_envs > 1:
             out.append({"num_workers": workers, "step_in_caller": True})
         if workers >= 2 and workers % 2 == 0 and num_envs % workers == 0:
