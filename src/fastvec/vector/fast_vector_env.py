@@ -381,7 +381,8 @@ class FastVectorEnv(WorkerVectorEnv):
         totals[1] += transitions
         totals[2] += end - start_ns
         if self._step_end_ns:
-            totals[3] += start_ns - self._step_end_ns
+            # (an interrupted step, finished by step_wait, started before that interruption)
+            totals[3] += max(start_ns - self._step_end_ns, 0)
         self._step_end_ns = end
         caller = None if self._stats is None else self._stats.caller
         if caller is not None:  # (None: the vector env closed, e.g. after a failure in this step)
