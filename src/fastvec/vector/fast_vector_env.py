@@ -363,13 +363,17 @@ class FastVectorEnv(WorkerVectorEnv):
         """Step every env with its action; returns (obs, rewards, terminations, truncations, infos)."""
         if self._stats is None:
             return self._step(actions)
+        return self._counted(self._step, actions)
+
+    def _counted(self, call: Callable[[Any], tuple], arg: Any) -> tuple:
+        """``call(arg)`` (a step, or a recv), counted into the caller's row as it returns."""
         start = time.perf_counter_ns()
         try:
-            out = self._step(actions)
+            out = call(arg)
         except BaseException:
             self._step_end_ns = time.perf_counter_ns()  # (its time is not the trainer's)
             raise
-        self._count_step(start, self.num_envs)
+        self._count_step(start, len(out[1]))  # (one reward per env transition)
         return out
 
     def _count_step(self, start_ns: int, transitions: int) -> None:
@@ -600,14 +604,7 @@ class FastVectorEnv(WorkerVectorEnv):
         """
         if self._stats is None:
             return self._recv(timeout)
-        start = time.perf_counter_ns()
-        try:
-            out = self._recv(timeout)
-        except BaseException:
-            self._step_end_ns = time.perf_counter_ns()  # (its time is not the trainer's)
-            raise
-        self._count_step(start, len(out[1]))
-        return out
+        return self._counted(self._recv, timeout)
 
     def _recv(self, timeout: float | None):
         self._assert_is_running()
