@@ -139,7 +139,7 @@ class _Worker:
         if actions is None:
             actions = self._read_actions()
         loop = self.env_loop
-        started = time.perf_counter()
+        started = time.perf_counter() if self.stats_row is not None else 0.0
         try:
             loop.step(actions)
         except BaseException:
