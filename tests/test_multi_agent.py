@@ -156,6 +156,19 @@ def test_knights_archers_zombies_rows_equal_the_reference_loop(mode):
     assert absent > 0
 
 
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.value)
+def test_multiwalker_rows_equal_the_reference_loop(mode):
+    """PettingZoo's multiwalker (Box2D) with ``terminate_on_fall=False``: a walker that falls
+    leaves while the others walk on; continuous actions."""
+    multiwalker = pytest.importorskip("pettingzoo.sisl.multiwalker_v9")
+    rng = np.random.default_rng(2)
+    make = functools.partial(multiwalker.parallel_env, terminate_on_fall=False, max_cycles=120)
+    absent, final = _run_against_reference(make, 3, mode, 200, False,
+                                           lambda k: rng.uniform(-1, 1, (k, 4)).astype(np.float32))
+    assert absent > 0
+    assert mode is AutoresetMode.NEXT_STEP or final > 0
+
+
 def test_absent_rows_ignore_their_actions():
     """An out-of-range action for an absent row is never passed to the env."""
     with MultiAgentVectorEnv([Arena, Arena], num_workers=1) as envs:
