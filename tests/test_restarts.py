@@ -151,6 +151,11 @@ def test_a_failed_step_rebuilds_what_failed_and_keeps_the_others_results(tmp_pat
     _check_reset_after(out, FAIL_AT, rebuilt)
     assert env.restarts.tolist() == [int(e in rebuilt) for e in range(NUM_ENVS)]
     assert len(pids) == (2 if rebuilt == ENV_5 else 3)  # (a worker replaced, or none)
+    # the statistics region counts the restart too (what python -m fastvec.monitor shows)
+    report = env.stats()
+    assert report["restarts"] == 1 and report["env_restarts"] == env.restarts.tolist()
+    assert [w["restarts"] for w in report["workers"]] == [0, int(rebuilt == WORKER_1)]
+    assert any("1 failure(s) recovered" in line and str(rebuilt) in line for line in report["advice"])
 
 
 @pytest.mark.parametrize("context", ["spawn", "forkserver"])
@@ -458,7 +463,7 @@ def test_a_worker_that_dies_between_its_done_flag_and_its_reply(tmp_path, worker
                 pass
             else:
                 os._exit(5)
-        send(conn, obj)
+        return send(conn, obj)
 
     monkeypatch.setattr(_worker._protocol, "send", send_or_die)
     envs, pids = workers_seen

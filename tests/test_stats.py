@@ -222,3 +222,58 @@ def test_the_live_view_and_its_png_name_the_slow_worker(tmp_path):
 
     with Image.open(tmp_path / "view.png") as image:
         assert image.format == "PNG" and image.width > 600 and image.height > 100
+
+
+def test_pipe_traffic_is_counted_message_for_message_and_byte_for_byte(monkeypatch):
+    """Every message the caller sends a worker or reads from one, after the block exists,
+    with its pickled size: what multiprocessing's Connection itself sent and received in
+    this process, through resets, steps whose infos go through the pipe, calls and
+    attribute reads."""
+    from multiprocessing.connection import Connection
+
+    seen = {"messages": 0, "bytes": 0}
+    send_bytes, recv_bytes = Connection.send_bytes, Connection.recv_bytes
+
+    def counted_send(self, buf, *args):
+        seen["messages"] += 1
+        seen["bytes"] += len(buf)
+        return send_bytes(self, buf, *args)
+
+    def counted_recv(self, *args):
+        data = recv_bytes(self, *args)
+        seen["messages"] += 1
+        seen["bytes"] += len(data)
+        return data
+
+    with FastVectorEnv([lambda: ToyEnv(info_prob=0.5)] * 3, 2) as envs:
+        monkeypatch.setattr(Connection, "send_bytes", counted_send)
+        monkeypatch.setattr(Connection, "recv_bytes", counted_recv)
+        envs.reset(seed=0)
+        for _ in range(30):
+            envs.step(np.zeros(3, np.int64))
+        envs.get_attr("max_len")
+        envs.call("render")
+        report = envs.stats()
+        monkeypatch.undo()
+    assert seen["messages"] > 30  # (the infos' objects and new keys went through the pipes)
+    assert report["pipe_messages"] == seen["messages"]
+    assert report["pipe_bytes"] == seen["bytes"]
+    assert sum(w["pipe_messages"] for w in report["workers"]) == seen["messages"]
+    assert all(w["pipe_messages"] > 0 for w in report["workers"])
+
+
+def test_steps_that_go_through_the_pipes_are_named_in_the_advice():
+    """Infos with a string in every step go through the pipe pickled: the advice says so;
+    number infos stay in the block and it says nothing."""
+    with FastVectorEnv([lambda: ToyEnv(info_prob=1.0)] * 2, 2) as envs:
+        envs.reset(seed=0)
+        for _ in range(40):
+            envs.step(np.zeros(2, np.int64))
+        piped = envs.stats()
+    with FastVectorEnv([lambda: ToyEnv(info_prob=0.0)] * 2, 2) as envs:
+        envs.reset(seed=0)
+        for _ in range(40):
+            envs.step(np.zeros(2, np.int64))
+        quiet = envs.stats()
+    assert any("pipe messages" in line for line in piped["advice"]), piped
+    assert quiet["pipe_messages"] < 40 and not any("pipe messages" in line for line in quiet["advice"]), quiet

@@ -5,7 +5,8 @@ shared block (:mod:`fastvec.vector._stats`), and its process keeps the block's d
 This monitor finds those blocks in ``/proc/PID/fd`` (Linux; the same user's processes, as for
 ``ps`` or ``py-spy``), maps each read-only, and prints what two readings ``--interval`` seconds
 apart say: env transitions per second, the trainer's share of the time, each worker's
-utilisation and step-time percentiles, each env's steps and resets, and advice. It writes
+utilisation, step-time percentiles, pipe traffic and restarts, each env's steps, resets and
+restarts, and advice. It writes
 nothing and holds no lock: the job runs on as if it were not there, and goes on when the
 monitor stops.
 
@@ -131,7 +132,8 @@ def _map(pid: int, fd: int, path: str) -> AttachedBlock | None:
 
 def readings(blocks: Sequence[AttachedBlock], interval: float) -> list[dict[str, Any]]:
     """Each block's :func:`fastvec.vector._stats.summarize` over ``interval`` seconds, with
-    its ``totals`` since the vector env was made (vector steps, env steps, env resets)."""
+    its ``totals`` since the vector env was made (vector steps, env steps, env resets,
+    restarts, pipe messages and bytes)."""
     before = [(time.perf_counter(), block.snapshot()) for block in blocks]
     time.sleep(interval)
     out = []
@@ -139,7 +141,9 @@ def readings(blocks: Sequence[AttachedBlock], interval: float) -> list[dict[str,
         now = block.snapshot()
         summary = summarize(now, old, time.perf_counter() - then)
         totals = {"steps": now["caller"]["steps"], "env_steps": sum(now["env_steps"]),
-                  "env_resets": sum(now["env_resets"])}
+                  "env_resets": sum(now["env_resets"]), "restarts": now["caller"]["restarts"],
+                  "pipe_messages": sum(w["pipe_messages"] for w in now["workers"]),
+                  "pipe_bytes": sum(w["pipe_bytes"] for w in now["workers"])}
         out.append({"pid": block.pid, "fd": block.fd, "num_workers": block.num_workers,
                     "num_envs": block.num_envs, "totals": totals, **summary})
     return out
@@ -150,13 +154,15 @@ def render(reading: dict[str, Any], width: int = 30) -> str:
     share = reading["trainer_share"]
     lines = [f"pid {reading['pid']} fd {reading['fd']}: {reading['num_envs']} envs, {reading['num_workers']} workers | "
              f"{reading['sps']:,.0f} env steps/s | trainer {'-' if share is None else f'{100 * share:.0f} %'} "
-             f"of the time in and between steps"]
+             f"of the time in and between steps | pipe {_pipe_rate(reading, reading)} | "
+             f"{reading['totals']['restarts']} restarts"]
     for k, worker in enumerate(reading["workers"]):
         used = min(max(worker["utilisation"], 0.0), 1.0)
         bar = "#" * round(used * width) + "." * (width - round(used * width))
         p50, p99 = worker["step_us_p50"], worker["step_us_p99"]
         lines.append(f"  worker {k:>2} [{bar}] {100 * used:5.1f} % busy | {worker['envs']} envs | step p50 "
-                     f"<{'-' if p50 is None else f'{p50:.0f}'} µs, p99 <{'-' if p99 is None else f'{p99:.0f}'} µs")
+                     f"<{'-' if p50 is None else f'{p50:.0f}'} µs, p99 <{'-' if p99 is None else f'{p99:.0f}'} µs | "
+                     f"pipe {_pipe_rate(reading, worker)} | {worker['restarts']} restarts")
     lines.extend(f"  ! {line}" for line in reading["advice"])
     return "\n".join(lines)
 
@@ -173,10 +179,12 @@ def rich_view(readings_now: Sequence[dict[str, Any]]):
     for r in readings_now:
         share = r["trainer_share"]
         table = Table(title=f"pid {r['pid']} · {r['num_envs']} envs · {r['num_workers']} workers · "
-                            f"{r['sps']:,.0f} env steps/s · trainer {'-' if share is None else f'{100 * share:.0f} %'}",
+                            f"{r['sps']:,.0f} env steps/s · trainer {'-' if share is None else f'{100 * share:.0f} %'}"
+                            f" · {r['totals']['restarts']} restarts",
                       title_justify="left", expand=False)
         for column, justify in (("worker", "right"), ("envs", "right"), ("busy", "left"), ("", "right"),
-                                ("step p50", "right"), ("step p99", "right"), ("env steps/s", "right")):
+                                ("step p50", "right"), ("step p99", "right"), ("env steps/s", "right"),
+                                ("pipe msg/s", "right"), ("pipe KiB/s", "right"), ("restarts", "right")):
             table.add_column(column, justify=justify)
         per_worker_steps = _env_steps_per_worker(r)
         for k, w in enumerate(r["workers"]):
@@ -186,10 +194,17 @@ def rich_view(readings_now: Sequence[dict[str, Any]]):
             p50, p99 = w["step_us_p50"], w["step_us_p99"]
             table.add_row(str(k), str(w["envs"]), bar, f"{100 * used:.0f} %",
                           "-" if p50 is None else f"<{p50:,.0f} µs", "-" if p99 is None else f"<{p99:,.0f} µs",
-                          f"{per_worker_steps[k] / r['wall_s']:,.0f}")
+                          f"{per_worker_steps[k] / r['wall_s']:,.0f}", f"{w['pipe_messages'] / r['wall_s']:,.0f}",
+                          f"{w['pipe_bytes'] / r['wall_s'] / 1024:,.1f}", str(w["restarts"]))
         parts.append(table)
         parts.extend(Text(f"! {line}", style="bold yellow") for line in r["advice"])
     return Group(*parts)
+
+
+def _pipe_rate(reading: dict[str, Any], counts: dict[str, Any]) -> str:
+    """``counts``' pipe messages and bytes in the reading's window, per second."""
+    wall = reading["wall_s"]
+    return f"{counts['pipe_messages'] / wall:,.0f} msg/s, {counts['pipe_bytes'] / wall / 1024:,.1f} KiB/s"
 
 
 def _env_steps_per_worker(reading: dict[str, Any]) -> list[int]:
@@ -200,7 +215,7 @@ def _env_steps_per_worker(reading: dict[str, Any]) -> list[int]:
     return out
 
 
-def save_png(readings_now: Sequence[dict[str, Any]], path: str, width: int = 110) -> None:
+def save_png(readings_now: Sequence[dict[str, Any]], path: str, width: int = 124) -> None:
     """Draw the live view of ``readings_now`` into a PNG at ``path``, headless (``rich`` lays
     it out, Pillow draws its characters in their colours in DejaVu Sans Mono): for docs and
     bug reports."""

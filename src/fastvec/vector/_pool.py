@@ -118,6 +118,7 @@ class WorkerPool:
         #: (``release()``) at shutdown (weak: the holders refer to the pool, and a cycle would
         #: keep the pool's processes and pipes until the next garbage collection)
         self.views: list[weakref.ref] = []
+        self.stats: StatsRegion | None = None  # (stats=True: the statistics region, once attached)
         #: every worker, by index: the caller's own share (with step_in_caller) and then
         #: a RemoteWorker per process, all taking the same commands
         self.workers: list = []
@@ -187,8 +188,9 @@ class WorkerPool:
         open, so that ``python -m fastvec.monitor`` finds it in ``/proc/PID/fd``."""
         buffer = self._buffers[0] = SharedBuffer(sections, size)
         if stats:
-            StatsRegion.initialize(buffer["stats"], [stop - start for start, stop in zip(self.starts, self.stops)],
-                                   os.getpid())
+            self.stats = StatsRegion.initialize(
+                buffer["stats"], [stop - start for start, stop in zip(self.starts, self.stops)], os.getpid())
+            self.views.append(weakref.ref(self.stats))  # (released at shutdown)
         self._attach_message = ("attach", sections, size, obs_layout, act_layout)
         for worker in self._remote:
             _protocol.send(worker.pipe, self._attach_message)
@@ -203,7 +205,9 @@ class WorkerPool:
         if self.restarts is not None:
             _sync.publish_restarts_left(self.ctrl, min(self.max_restarts, 2**32 - 1))
         for worker in self._remote:
-            worker.ctrl = self.ctrl
+            worker.ctrl, worker.stats = self.ctrl, self.stats
+        if self.restarts is not None:
+            self.restarts.stats = self.stats
         if self.step_in_caller:
             self.local = self.workers[0] = CallerShare(
                 _Worker(0, self._local_envs, 0, self._autoreset_mode, buffer, obs_layout, act_layout), self.fail_local)
@@ -505,7 +509,7 @@ class WorkerPool:
             if deadline is not None and time.perf_counter() > deadline:
                 raise multiprocessing.TimeoutError(f"worker {w} did not answer within {timeout} s")
         try:
-            return pipe.recv()
+            return self.workers[w].receive()
         except (EOFError, ConnectionResetError, OSError):
             self.check_alive(w, wait=1.0, restart=False)
             raise WorkerDiedError(f"worker {w} (envs {self.env_range(w)}) closed its pipe unexpectedly", w)
@@ -642,7 +646,7 @@ class WorkerPool:
         one that builds the envs again (their next resets seeded from their derived seeds) and
         maps the shared block. Raises, closing the pool, if the new process fails to start."""
         old = self.workers[w]
-        self.restarts.record(envs, error, trace)
+        self.restarts.record(envs, error, trace, worker=w)
         old.forget()
         end_workers([old], [], [], timeout=0.0)
         self.ctrl[w, :] = 0  # (no command out: the row as a new worker expects it)
@@ -662,7 +666,7 @@ class WorkerPool:
             if reply[0] == "error":
                 self.raise_remote(w, reply)
         self._resets_out = resets_out
-        new.ctrl = self.ctrl
+        new.ctrl, new.stats = self.ctrl, self.stats
         return new
 
     def raise_remote(self, w: int, report: tuple, close: bool = True) -> None:

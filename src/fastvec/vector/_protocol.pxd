@@ -45,14 +45,19 @@ cpdef enum CallerStat:
     CALLER_TRANSITIONS = 1   # the env transitions they returned
     CALLER_IN_STEP_NS = 2    # time inside them: handing out actions, waiting, reading results
     CALLER_BETWEEN_NS = 3    # time between them: the trainer's
+    CALLER_RESTARTS = 4      # failures recovered (env_failure="restart"): envs rebuilt, worker processes replaced
 
 
 cpdef enum WorkerStat:
-    # Words of a worker's row of the statistics region (that worker writes them, but ENVS).
+    # Words of a worker's row of the statistics region. The worker writes the first three;
+    # the caller, which is at the other end of every pipe and replaces a failed process, the rest.
     WORKER_COMMANDS = 0      # plain step commands served
     WORKER_STEP_NS = 1       # time its envs took to step them
     WORKER_WAIT_NS = 2       # time spent waiting for a command (spinning or asleep)
-    WORKER_ENVS = 3          # how many envs it steps (the caller writes it once)
+    WORKER_ENVS = 3          # how many envs it steps (written once)
+    WORKER_PIPE_MESSAGES = 4 # messages over its pipe, both ways, since the block was made
+    WORKER_PIPE_BYTES = 5    # their pickled bytes
+    WORKER_RESTARTS = 6      # times its process failed and was replaced
 
 
 cpdef enum Command:

@@ -35,12 +35,21 @@ LIVENESS_INTERVAL = 0.1
 AUTORESET_CODES = {mode: fv_autoreset[f"FV_{mode.name}"] for mode in AutoresetMode}
 
 
-def send(conn, obj) -> None:
-    """``conn.send(obj)`` with pickle protocol 5 (``conn.recv()`` reads it as usual).
+def send(conn, obj) -> int:
+    """``conn.send(obj)`` with pickle protocol 5 (``conn.recv()`` reads it as usual); returns
+    the message's size in bytes.
 
     Under the default protocol 4, NumPy pickles an array of non-native byte order
     (``>f4``) so that it comes back native (``float32``): a big-endian observation in
     an info, or on the pipe with ``shared_memory=False``, would not be what
     SyncVectorEnv returns. Protocol 5 keeps the dtype.
     """
-    conn.send_bytes(ForkingPickler.dumps(obj, 5))
+    data = ForkingPickler.dumps(obj, 5)
+    conn.send_bytes(data)
+    return len(data)
+
+
+def receive(conn) -> tuple:
+    """``conn.recv()``, and the message's size in bytes: ``(obj, size)``."""
+    data = conn.recv_bytes()
+    return ForkingPickler.loads(data), len(data)

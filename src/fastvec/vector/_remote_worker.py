@@ -21,6 +21,7 @@ from fastvec.vector._protocol import CMD_PIPE as _PIPE
 from fastvec.vector._protocol import CMD_STEP as _STEP
 from fastvec.vector._protocol import CMD_STEP_PIPE as _STEP_PIPE
 from fastvec.vector._protocol import Command
+from fastvec.vector._stats import StatsRegion
 from fastvec.vector._worker import worker_main
 
 __all__ = ["RemoteWorker", "end_workers", "usable_cpus"]
@@ -59,6 +60,8 @@ class RemoteWorker:
         self.first = first
         self.stop = first + len(env_fns)
         self.ctrl: np.ndarray | None = None  # the shared control rows, once attached
+        #: the statistics region (stats=True), once attached: counts the pipe's traffic
+        self.stats: StatsRegion | None = None
         #: a message read off the pipe for the pending command (kept when a wait for the
         #: rest was interrupted), see :meth:`take_received`
         self.received: Any = _NOTHING
@@ -89,7 +92,7 @@ class RemoteWorker:
     # -- commands ---------------------------------------------------------------------------
     def dispatch(self, name: str, payload: tuple) -> None:
         """Start the pipe command ``name`` (reset, call, setattr) with ``payload``."""
-        _protocol.send(self.pipe, (name, payload))
+        self._count(_protocol.send(self.pipe, (name, payload)))
         _sync.send_command(self.ctrl, self.index, _PIPE)
 
     def start_step(self, chunk: list | None = None, actions=None) -> None:
@@ -99,8 +102,20 @@ class RemoteWorker:
         if chunk is None:
             _sync.send_command(self.ctrl, self.index, _STEP)
         else:
-            _protocol.send(self.pipe, chunk)
+            self._count(_protocol.send(self.pipe, chunk))
             _sync.send_command(self.ctrl, self.index, _STEP_PIPE)
+
+    def receive(self) -> Any:
+        """The next message on the pipe (there must be one: see ``WorkerPool.recv``)."""
+        if self.stats is None:
+            return self.pipe.recv()
+        message, size = _protocol.receive(self.pipe)
+        self._count(size)
+        return message
+
+    def _count(self, size: int) -> None:
+        if self.stats is not None:
+            self.stats.count_pipe(self.index, size)
 
     def forget(self) -> None:
         """Drop what an interrupted and abandoned wait kept of the last command."""

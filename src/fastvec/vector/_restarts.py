@@ -75,6 +75,8 @@ class Restarts:
         self.seeds: list[int | None] = [None] * num_envs
         #: (env indices, error text) of the worker restarts the next results report
         self.unreported: list[tuple[list[int], str]] = []
+        #: the statistics region the restarts are also counted in (FastVectorEnv(stats=True))
+        self.stats = None
 
     def remember_seeds(self, seeds: list) -> None:
         """The seeds of a reset, one per env (None: that env was not seeded)."""
@@ -86,11 +88,13 @@ class Restarts:
         """What the worker process of envs ``[first, stop)`` is told (see :class:`RestartState`)."""
         return RestartState(self.seeds[first:stop], self.counts[first:stop].tolist(), rebuilt)
 
-    def record(self, envs: list[int], error: str, trace: str) -> None:
-        """The worker process of ``envs`` failed with ``error`` (``trace``: its traceback, if
-        it sent one) and is started again with them."""
+    def record(self, envs: list[int], error: str, trace: str, worker: int | None = None) -> None:
+        """The worker process of ``envs`` (worker ``worker``) failed with ``error`` (``trace``:
+        its traceback, if it sent one) and is started again with them."""
         self.total += 1
         self.counts[envs] += 1
+        if self.stats is not None:
+            self.stats.count_restart(envs, worker)
         self.unreported.append((list(envs), error))
         logger.warning("%s restarts the %s of envs %s after: %s\n%s", self.owner, self.part, envs, error, trace)
 
@@ -104,6 +108,8 @@ class Restarts:
             env = row if env_of_row is None else int(env_of_row[row])
             self.total += 1
             self.counts[env] += 1
+            if self.stats is not None:
+                self.stats.count_restart([env])
             logger.warning("%s: env %d was rebuilt after: %s", self.owner, env, infos["env_error"][row])
 
     def report(self, obs: Any, last_obs: Any, infos: dict, rows_of: dict | None = None,

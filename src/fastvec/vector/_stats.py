@@ -12,13 +12,16 @@ Layout, in words (:func:`words`; the word indices are the ``cpdef enum`` members
 
 - ``HEADER`` (8): ``MAGIC``, ``VERSION``, the number of workers and of envs, the caller's pid.
 - the caller's row (8, ``CallerStat``): vector steps, env transitions, the time spent inside
-  ``step`` and between steps (ns).
+  ``step`` and between steps (ns), failures recovered (``env_failure="restart"``).
 - one row per worker (8, ``WorkerStat``): plain step commands served, the time its envs took to
-  step them, the time it waited for commands (ns), and how many envs it steps (written by the
-  caller when it lays the region out).
+  step them, the time it waited for commands (ns), written by the worker; how many envs it
+  steps, the messages and bytes over its pipe (both ways, counted from the moment the block
+  exists) and how many times its process was replaced, written by the caller.
 - one histogram per worker (``HISTOGRAM_BUCKETS``): the step commands by how long the envs
   took, bucket ``k`` counting durations in ``[2**(k-1), 2**k)`` µs (bucket 0: under 1 µs).
-- two words per env: its steps and its resets (autoresets included).
+- two words per env: its steps and its resets (autoresets included), written by its worker;
+- one word per env: how many times it was built again after a failure (its own, or its
+  worker process's), written by the caller.
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ __all__ = ["MAGIC", "VERSION", "HEADER", "ROW", "HISTOGRAM_BUCKETS", "words", "S
 
 #: b"fastvecS" read as a little-endian uint64: what a reader checks before trusting the rest
 MAGIC = int.from_bytes(b"fastvecS", "little")
-VERSION = 1
+VERSION = 2
 HEADER = int(StatsLayout.STATS_HEADER)
 ROW = int(StatsLayout.STATS_ROW)
 HISTOGRAM_BUCKETS = int(StatsLayout.STATS_BUCKETS)
@@ -46,7 +49,7 @@ def _key(member) -> str:
 
 def words(workers: int, envs: int) -> int:
     """The region's size in uint64 words."""
-    return HEADER + ROW * (1 + workers) + HISTOGRAM_BUCKETS * workers + 2 * envs
+    return HEADER + ROW * (1 + workers) + HISTOGRAM_BUCKETS * workers + 3 * envs
 
 
 class StatsRegion:
@@ -54,7 +57,7 @@ class StatsRegion:
 
     Attributes:
         caller: the caller's row; workers: (workers, ROW); histograms: (workers, buckets);
-        env_counts: (envs, 2), each env's steps and resets.
+        env_counts: (envs, 2), each env's steps and resets; env_restarts: (envs,).
     """
 
     def __init__(self, region: np.ndarray):
@@ -74,6 +77,8 @@ class StatsRegion:
             self.num_workers, HISTOGRAM_BUCKETS)
         at += HISTOGRAM_BUCKETS * self.num_workers
         self.env_counts = region[at:at + 2 * self.num_envs].reshape(self.num_envs, 2)
+        at += 2 * self.num_envs
+        self.env_restarts = region[at:at + self.num_envs]
 
     @classmethod
     def initialize(cls, region: np.ndarray, envs_per_worker: list[int], pid: int) -> "StatsRegion":
@@ -90,7 +95,7 @@ class StatsRegion:
         so that a monitor no longer finds the block while something else still maps it."""
         if self.region is not None:
             self.region[0] = 0
-        self.region = self.caller = self.workers = self.histograms = self.env_counts = None
+        self.region = self.caller = self.workers = self.histograms = self.env_counts = self.env_restarts = None
 
     @property
     def pid(self) -> int:
@@ -104,7 +109,25 @@ class StatsRegion:
             "histograms": self.histograms.tolist(),
             "env_steps": self.env_counts[:, 0].tolist(),
             "env_resets": self.env_counts[:, 1].tolist(),
+            "env_restarts": self.env_restarts.tolist(),
         }
+
+    def count_pipe(self, worker: int, size: int) -> None:
+        """The caller sent worker ``worker`` a message of ``size`` bytes, or received one."""
+        if self.workers is not None:  # (None: released, the vector env is closed)
+            row = self.workers[worker]
+            row[WorkerStat.WORKER_PIPE_MESSAGES] += 1
+            row[WorkerStat.WORKER_PIPE_BYTES] += size
+
+    def count_restart(self, envs: list[int], worker: int | None = None) -> None:
+        """A failure was recovered from: ``envs`` were built again, by a new process for
+        worker ``worker`` (None: by their own worker)."""
+        if self.caller is None:
+            return
+        self.caller[CallerStat.CALLER_RESTARTS] += 1
+        self.env_restarts[envs] += 1
+        if worker is not None:
+            self.workers[worker, WorkerStat.WORKER_RESTARTS] += 1
 
 
 def summarize(now: dict, before: dict | None, wall_s: float) -> dict[str, Any]:
@@ -113,7 +136,8 @@ def summarize(now: dict, before: dict | None, wall_s: float) -> dict[str, Any]:
     zero = {"caller": {_key(c): 0 for c in CallerStat},
             "workers": [{_key(w): 0 for w in WorkerStat} for _ in now["workers"]],
             "histograms": [[0] * HISTOGRAM_BUCKETS for _ in now["workers"]],
-            "env_steps": [0] * len(now["env_steps"]), "env_resets": [0] * len(now["env_resets"])}
+            "env_steps": [0] * len(now["env_steps"]), "env_resets": [0] * len(now["env_resets"]),
+            "env_restarts": [0] * len(now["env_restarts"])}
     before = before or zero
     wall_s = max(wall_s, 1e-9)
     caller = {k: now["caller"][k] - before["caller"][k] for k in now["caller"]}
@@ -132,9 +156,13 @@ def summarize(now: dict, before: dict | None, wall_s: float) -> dict[str, Any]:
             "step_us_mean": 1e6 * step_s / commands if commands else None,
             "step_us_p50": _percentile(histogram, 0.50),
             "step_us_p99": _percentile(histogram, 0.99),
+            "pipe_messages": row["pipe_messages"] - old["pipe_messages"],
+            "pipe_bytes": row["pipe_bytes"] - old["pipe_bytes"],
+            "restarts": row["restarts"] - old["restarts"],
         })
     env_steps = [a - b for a, b in zip(now["env_steps"], before["env_steps"])]
     env_resets = [a - b for a, b in zip(now["env_resets"], before["env_resets"])]
+    env_restarts = [a - b for a, b in zip(now["env_restarts"], before["env_restarts"])]
     out = {
         "wall_s": wall_s,
         "steps": caller["steps"],
@@ -142,9 +170,13 @@ def summarize(now: dict, before: dict | None, wall_s: float) -> dict[str, Any]:
         "in_step_s": in_step,
         "between_steps_s": between,
         "trainer_share": between / (in_step + between) if in_step + between > 0 else None,
+        "pipe_messages": sum(w["pipe_messages"] for w in workers),
+        "pipe_bytes": sum(w["pipe_bytes"] for w in workers),
+        "restarts": caller["restarts"],
         "workers": workers,
         "env_steps": env_steps,
         "env_resets": env_resets,
+        "env_restarts": env_restarts,
     }
     out["advice"] = _advice(out)
     return out
@@ -165,7 +197,7 @@ def _percentile(histogram: list[int], q: float) -> float | None:
 
 def _advice(summary: dict) -> list[str]:
     """Plain sentences on where the time goes: a worker much slower than the others, a
-    trainer that holds most of the wall time."""
+    trainer that holds most of the wall time, steps that go through the pipes, restarts."""
     lines = []
     per_env = [w["step_us_mean"] / max(w["envs"], 1) for w in summary["workers"] if w["step_us_mean"] is not None]
     if len(per_env) >= 2:
@@ -181,4 +213,13 @@ def _advice(summary: dict) -> list[str]:
     if share is not None and share >= 0.6:
         lines.append(f"the trainer holds {100 * share:.0f} % of the wall time between and in steps: "
                      "faster envs or more envs won't help much")
+    steps = summary["steps"]
+    if steps and summary["pipe_messages"] >= steps:
+        lines.append(f"{summary['pipe_messages'] / steps:.1f} pipe messages ({summary['pipe_bytes'] / steps / 1024:.1f} KiB) "
+                     "per step: something the shared block has no place for (info values that are not "
+                     "numbers, an observation or action it cannot hold) is pickled every step")
+    if summary["restarts"]:
+        envs = [k for k, n in enumerate(summary["env_restarts"]) if n]
+        lines.append(f"{summary['restarts']} failure(s) recovered from (envs {envs} built again): the "
+                     "'fastvec.vector' log has their errors")
     return lines

@@ -31,6 +31,18 @@ cdef inline int _bucket(double seconds) noexcept nogil:
     return k
 
 
+def step_bucket(double seconds) -> int:
+    """The statistics histogram's bucket of a step that took ``seconds``: 0 under 1 µs, k for
+    [2**(k-1), 2**k) µs, the last one for anything longer (what :class:`StepServer` counts
+    its steps into; the worker's Python path counts its own through this).
+
+    Example:
+        >>> [step_bucket(s) for s in (0.5e-6, 1e-6, 3e-6, 1e3)]
+        [0, 1, 2, 23]
+    """
+    return _bucket(seconds)
+
+
 cdef extern from "fv_parent_watch.h" nogil:
     int fv_start_parent_watch(long caller, int by_parent, double interval_s, double grace_s, int exit_code)
 

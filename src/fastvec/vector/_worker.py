@@ -38,8 +38,8 @@ from fastvec.vector._protocol import STATUS_OK as _OK
 from fastvec.vector._restarts import RestartState, derived_seed
 from fastvec.vector._shared_buffer import SharedBuffer, receive
 from fastvec.vector._protocol import WorkerStat
-from fastvec.vector._stats import HISTOGRAM_BUCKETS, MAGIC, StatsRegion
-from fastvec.vector._step_server import StepServer, watch_parent
+from fastvec.vector._stats import MAGIC, StatsRegion
+from fastvec.vector._step_server import StepServer, step_bucket, watch_parent
 
 # The phase an error report names when an env's constructor raised as the env was built
 # again after a failure: the caller raises it at once (retrying would fail the same way).
@@ -151,7 +151,7 @@ class _Worker:
             took = time.perf_counter() - started
             self.stats_row[WorkerStat.WORKER_COMMANDS] += 1
             self.stats_row[WorkerStat.WORKER_STEP_NS] += int(took * 1e9)
-            self.stats_histogram[min(int(took * 1e6).bit_length(), HISTOGRAM_BUCKETS - 1)] += 1
+            self.stats_histogram[step_bucket(took)] += 1
         status = loop.quiet_status()  # the common case: everything is in the block
         return (status, None) if status >= 0 else self.finish_step()
 

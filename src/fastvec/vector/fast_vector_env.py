@@ -25,7 +25,7 @@ from fastvec.vector._arguments import (check_failure_arguments, check_no_ended_e
 from fastvec.vector._pool import WorkerPool, usable_cpus
 from fastvec.vector._batch_tree import copy_batch, put_rows
 from fastvec.vector._staging import Staging, layouts
-from fastvec.vector._stats import StatsRegion, summarize
+from fastvec.vector._stats import summarize
 from fastvec.vector._step_driver import StepDriver
 from fastvec.vector._worker_vector_env import CallState, WorkerVectorEnv
 
@@ -259,9 +259,7 @@ class FastVectorEnv(WorkerVectorEnv):
                 self.single_observation_space, self.single_action_space, self.num_envs, self.num_workers,
                 self.shared_memory)
             buffer = self._pool.attach(sections, size, obs_layout, act_layout, stats=bool(stats))
-            self._stats = StatsRegion(buffer["stats"]) if stats else None
-            if self._stats is not None:
-                self._pool.views.append(weakref.ref(self._stats))  # (released at shutdown)
+            self._stats = self._pool.stats  # (None: stats=False)
             self._stats_before: tuple[float, dict] | None = None  # (when, snapshot) of the last stats()
             self._stats_created = time.perf_counter()
             self._step_end_ns = 0  # when the last step returned (perf_counter_ns), 0: none yet
