@@ -171,6 +171,34 @@ def test_monitor_reads_a_running_job_from_outside_and_detaches():
         job.wait()
 
 
+def test_the_live_monitor_stops_when_the_job_closes_its_vector_env_or_ends():
+    tests = os.path.dirname(os.path.abspath(__file__))
+    for ends in (False, True):
+        script = _JOB.format(tests=tests, steps=5) + ("" if ends else "sys.stdin.readline()\n")
+        job = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               text=True)
+        monitor = None
+        try:
+            assert job.stdout.readline().strip() == "stepped"
+            monitor = subprocess.Popen([sys.executable, "-m", "fastvec.monitor", str(job.pid), "--json",
+                                        "--interval", "0.05"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       text=True)
+            assert json.loads(monitor.stdout.readline())[0]["totals"]["steps"] == 5  # (live, attached)
+            job.stdin.write("go\n")
+            job.stdin.flush()
+            assert job.stdout.readline().strip() == "done"  # (its vector env is closed now)
+            if ends:
+                assert job.wait(timeout=30) == 0
+            out, err = monitor.communicate(timeout=30)
+            assert monitor.returncode == 0 and f"process {job.pid} ended, or closed its vector envs" in err, err
+            assert job.poll() is None or ends  # (a job that closed its env but runs on: the monitor left)
+        finally:
+            for process in (job, monitor):
+                if process is not None:
+                    process.kill()
+                    process.wait()
+
+
 def test_monitor_refuses_a_process_without_fastvec_or_no_process_clearly():
     idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:

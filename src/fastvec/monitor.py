@@ -8,7 +8,8 @@ apart say: env transitions per second, the trainer's share of the time, each wor
 utilisation, step-time percentiles, pipe traffic and restarts, each env's steps, resets and
 restarts, and advice. It writes
 nothing and holds no lock: the job runs on as if it were not there, and goes on when the
-monitor stops.
+monitor stops. The monitor stops by itself when the process ends or has closed every vector
+env it was watching.
 
     python -m fastvec.monitor 12345                   # live, refreshed every second (rich: the
                                                       # `monitor` extra; else plain text)
@@ -43,7 +44,7 @@ import numpy as np
 
 from fastvec.vector._stats import HEADER, MAGIC, VERSION, StatsRegion, summarize, words
 
-__all__ = ["AttachedBlock", "attach", "readings", "render", "rich_view", "save_png", "main"]
+__all__ = ["AttachedBlock", "attach", "job_runs", "readings", "render", "rich_view", "save_png", "main"]
 
 _BLOCK_NAME = "/memfd:fastvec_"
 
@@ -70,6 +71,12 @@ class AttachedBlock:
     def snapshot(self) -> dict[str, Any]:
         """Every counter now (see :meth:`fastvec.vector._stats.StatsRegion.snapshot`)."""
         return self._region.snapshot()
+
+    @property
+    def in_use(self) -> bool:
+        """Whether the vector env still runs: closing it clears the block's magic word (and a
+        process that ended leaves the block as it was, so ask :func:`job_runs` too)."""
+        return self._region is not None and int(self._region.region[0]) == MAGIC
 
     def close(self) -> None:
         """Unmap the region (the job is not affected)."""
@@ -117,6 +124,17 @@ def attach(pid: int) -> list[AttachedBlock]:
         raise LookupError(f"process {pid} has no FastVectorEnv with statistics (made with stats=True, the "
                           "default, and not closed)")
     return blocks
+
+
+def job_runs(pid: int, blocks: Sequence[AttachedBlock]) -> bool:
+    """Whether process ``pid`` still runs (not a zombie) and one of its ``blocks`` is in use."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return False
+    except OSError:
+        return False
+    return any(block.in_use for block in blocks)
 
 
 def _map(pid: int, fd: int, path: str) -> AttachedBlock | None:
@@ -282,7 +300,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 live = Live(refresh_per_second=4)
         with live if live is not None else contextlib.nullcontext():
             while True:
-                current = readings(blocks, args.interval)
+                live_blocks = [block for block in blocks if block.in_use]
+                if not job_runs(args.pid, live_blocks):
+                    print(f"fastvec.monitor: process {args.pid} ended, or closed its vector envs", file=sys.stderr)
+                    return 0
+                current = readings(live_blocks, args.interval)
                 if live is not None:
                     live.update(rich_view(current))
                 elif args.json:

@@ -400,9 +400,12 @@ class FastVectorEnv(WorkerVectorEnv):
             (the latter's share), ``workers`` (per worker: ``envs``, ``commands``, ``step_s``
             and ``wait_s``, ``utilisation`` (its envs' share of the wall time),
             ``step_us_mean`` and the ``step_us_p50``/``step_us_p99`` of its commands, upper
-            bucket edges of a power-of-two histogram), ``env_steps`` and ``env_resets`` (per
-            env, autoresets included) and ``advice`` (sentences naming a slow worker, or a
-            trainer that holds most of the time).
+            bucket edges of a power-of-two histogram, ``pipe_messages`` and ``pipe_bytes``
+            over its pipe, both ways, and ``restarts`` of its process), ``env_steps``,
+            ``env_resets`` (autoresets included) and ``env_restarts`` (per env),
+            ``pipe_messages``, ``pipe_bytes`` and ``restarts`` (failures recovered from) in all,
+            and ``advice`` (sentences naming a slow worker, a trainer that holds most of the
+            time, steps that go through the pipes, restarts).
 
         Raises:
             RuntimeError: the vector env was made with ``stats=False``, or is closed.
