@@ -108,6 +108,10 @@ def test_stats_is_a_window_since_the_last_call_and_names_a_slow_worker():
     assert slow["step_us_mean"] >= 3000 > fast["step_us_mean"]
     assert slow["step_us_p50"] >= 2048
     assert any(line.startswith("worker 1 is") for line in first["advice"]), first["advice"]
+    # the caller's time: mostly waiting for worker 1's 3 ms env (nothing runs between steps)
+    shares = [first["env_share"], first["handoff_share"], first["trainer_share"]]
+    assert sum(shares) == pytest.approx(1.0) and min(shares) >= 0
+    assert first["env_share"] > 0.5 > first["trainer_share"], shares
     assert not any(line.startswith("worker 0 is") for line in first["advice"])
 
 
@@ -212,6 +216,29 @@ def test_monitor_refuses_a_process_without_fastvec_or_no_process_clearly():
     with pytest.raises(ValueError, match="positive int"):
         attach(-3)
     assert _monitor(os.getpid(), "--interval", "0").returncode == 2
+
+
+def test_monitor_refuses_another_users_process_clearly():
+    """The monitor reads /proc/PID/fd, which only the process's own user (or root) may: run as
+    another user against a job of this one, it says so and exits 1."""
+    import shutil
+
+    if os.geteuid() == 0:  # (root: the monitor runs as nobody, against this process)
+        as_other = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        if shutil.which("setpriv") is None or subprocess.run(
+                as_other + [sys.executable, "-c", "import fastvec.monitor"], capture_output=True).returncode:
+            pytest.skip("needs setpriv, and a Python that user nobody can run fastvec with")
+        target = os.getpid()
+    else:  # (another user: the monitor runs as this user, against init, root's)
+        as_other, target = [], 1
+        if os.stat("/proc/1").st_uid == os.geteuid():
+            pytest.skip("this user owns process 1")
+    with FastVectorEnv([lambda: ToyEnv()] * 2, 1) as envs:
+        envs.reset(seed=0)
+        done = subprocess.run(as_other + [sys.executable, "-m", "fastvec.monitor", str(target), "--once"],
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert f"cannot read process {target}'s file descriptors" in done.stderr and "same user" in done.stderr
 
 
 def test_the_live_view_and_its_png_name_the_slow_worker(tmp_path):

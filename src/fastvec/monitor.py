@@ -169,10 +169,8 @@ def readings(blocks: Sequence[AttachedBlock], interval: float) -> list[dict[str,
 
 def render(reading: dict[str, Any], width: int = 30) -> str:
     """A reading as text: the vector env's line, a bar per worker, the advice."""
-    share = reading["trainer_share"]
     lines = [f"pid {reading['pid']} fd {reading['fd']}: {reading['num_envs']} envs, {reading['num_workers']} workers | "
-             f"{reading['sps']:,.0f} env steps/s | trainer {'-' if share is None else f'{100 * share:.0f} %'} "
-             f"of the time in and between steps | pipe {_pipe_rate(reading, reading)} | "
+             f"{reading['sps']:,.0f} env steps/s | {_split(reading)} | pipe {_pipe_rate(reading, reading)} | "
              f"{reading['totals']['restarts']} restarts"]
     for k, worker in enumerate(reading["workers"]):
         used = min(max(worker["utilisation"], 0.0), 1.0)
@@ -195,10 +193,8 @@ def rich_view(readings_now: Sequence[dict[str, Any]]):
 
     parts = []
     for r in readings_now:
-        share = r["trainer_share"]
         table = Table(title=f"pid {r['pid']} · {r['num_envs']} envs · {r['num_workers']} workers · "
-                            f"{r['sps']:,.0f} env steps/s · trainer {'-' if share is None else f'{100 * share:.0f} %'}"
-                            f" · {r['totals']['restarts']} restarts",
+                            f"{r['sps']:,.0f} env steps/s · {_split(r)} · {r['totals']['restarts']} restarts",
                       title_justify="left", expand=False)
         for column, justify in (("worker", "right"), ("envs", "right"), ("busy", "left"), ("", "right"),
                                 ("step p50", "right"), ("step p99", "right"), ("env steps/s", "right"),
@@ -217,6 +213,14 @@ def rich_view(readings_now: Sequence[dict[str, Any]]):
         parts.append(table)
         parts.extend(Text(f"! {line}", style="bold yellow") for line in r["advice"])
     return Group(*parts)
+
+
+def _split(reading: dict[str, Any]) -> str:
+    """Where the caller's time went: envs, hand-offs, trainer (see ``_stats.summarize``)."""
+    if reading["trainer_share"] is None:
+        return "no steps"
+    return (f"envs {100 * reading['env_share']:.0f} % · hand-off {100 * reading['handoff_share']:.0f} % · "
+            f"trainer {100 * reading['trainer_share']:.0f} %")
 
 
 def _pipe_rate(reading: dict[str, Any], counts: dict[str, Any]) -> str:

@@ -160,6 +160,12 @@ def summarize(now: dict, before: dict | None, wall_s: float) -> dict[str, Any]:
             "pipe_bytes": row["pipe_bytes"] - old["pipe_bytes"],
             "restarts": row["restarts"] - old["restarts"],
         })
+    # The caller's time in and between steps, split three ways: waiting for the envs (the
+    # busiest worker's env time, at most the time in steps: with send/recv the envs also step
+    # while the trainer works), the rest of the time in steps (the hand-offs: waking workers,
+    # reading results, waiting for the others' stragglers), and the trainer's.
+    total = in_step + between
+    env_s = min(max((w["step_s"] for w in workers), default=0.0), in_step)
     env_steps = [a - b for a, b in zip(now["env_steps"], before["env_steps"])]
     env_resets = [a - b for a, b in zip(now["env_resets"], before["env_resets"])]
     env_restarts = [a - b for a, b in zip(now["env_restarts"], before["env_restarts"])]
@@ -169,7 +175,9 @@ def summarize(now: dict, before: dict | None, wall_s: float) -> dict[str, Any]:
         "sps": caller["transitions"] / wall_s,
         "in_step_s": in_step,
         "between_steps_s": between,
-        "trainer_share": between / (in_step + between) if in_step + between > 0 else None,
+        "trainer_share": between / total if total > 0 else None,
+        "env_share": env_s / total if total > 0 else None,
+        "handoff_share": (in_step - env_s) / total if total > 0 else None,
         "pipe_messages": sum(w["pipe_messages"] for w in workers),
         "pipe_bytes": sum(w["pipe_bytes"] for w in workers),
         "restarts": caller["restarts"],
