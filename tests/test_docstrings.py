@@ -36,6 +36,7 @@ MODULES = [
     "fastvec.vector._restarts",
     "fastvec.vector._worker_faults",
     "fastvec.vector._worker_vector_env",
+    "fastvec.vector._step_server",
     "fastvec.vector.fast_vector_env",
     "fastvec.vector.native_vector_env",
 ]

@@ -73,11 +73,28 @@ def interleaved_rates(runners: dict[str, Callable[[], float]], rounds: int) -> d
     Taking turns keeps a drift in the machine's speed (shared, noisy cores) from
     landing on one runner only, so the ratios of one run compare like with like.
     """
+    return {name: statistics.median(r) for name, r in interleaved_samples(runners, rounds).items()}
+
+
+def interleaved_samples(runners: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
+    """Every round's rate of each runner, the runners taking turns (see :func:`interleaved_rates`):
+    for ratios paired round by round."""
     rates: dict[str, list[float]] = {name: [] for name in runners}
     for _ in range(rounds):
         for name, run in runners.items():
             rates[name].append(run())
-    return {name: statistics.median(r) for name, r in rates.items()}
+    return rates
+
+
+def paired_ratio(numerators: list[float], denominators: list[float]) -> float:
+    """The median of the rounds' ratios (each round's pair measured a minute apart at most:
+    a drift of a shared machine cancels in each, where a ratio of medians would keep it).
+
+    Example:
+        >>> paired_ratio([2.0, 9.0, 3.0], [1.0, 10.0, 1.0])  # (the second round ran slow for both)
+        2.0
+    """
+    return statistics.median(a / b for a, b in zip(numerators, denominators))
 
 
 def fmt_rate(x: float) -> str:

@@ -14,18 +14,20 @@ stepped once):
 - **SuperSuit** with ``num_cpus=0`` (in this process) and ``num_cpus=2`` (two worker processes);
 - **fastvec**: ``MultiAgentVectorEnv`` with its default arguments.
 
-The backends take turns round by round (medians of the rounds), random actions drawn once.
+The backends take turns round by round, random actions drawn once. Rates are medians of the
+rounds; each ratio is the median of the rounds' ratios (paired: the same minute of the machine).
 """
 from __future__ import annotations
 
 import importlib
 import multiprocessing
 import os
+import statistics
 import time
 
 import numpy as np
 
-from fastvec.bench import fmt_rate, interleaved_rates, print_table
+from fastvec.bench import fmt_rate, interleaved_samples, paired_ratio, print_table
 
 NUM_ENVS = 8
 # (module, keyword arguments): three envs users train on; multiwalker needs Box2D (in the pettingzoo extra)
@@ -141,7 +143,7 @@ def fastvec_rate(make, seconds: float) -> float:
 
 
 def run(quick: bool = False) -> None:
-    seconds, rounds = (1.0, 1) if quick else (3.0, 3)
+    seconds, rounds = (1.0, 1) if quick else (3.0, 5)
     cores = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, NUM_ENVS)
     rows = []
     for module, kwargs in ENVS:
@@ -155,19 +157,23 @@ def run(quick: bool = False) -> None:
         except Exception as exc:  # (an extra that is missing: PettingZoo, Box2D, SuperSuit)
             rows.append([name, "-", f"skipped: {type(exc).__name__}: {exc}"[:80], "", "", "", "", "", "", "", ""])
             continue
-        rates = interleaved_rates({
+        samples = interleaved_samples({
             "plain": lambda: plain_rate(make, seconds),
             "processes": lambda: processes_rate(module, kwargs, cores, seconds),
             "ss0": lambda: supersuit_rate(make, 0, seconds),
             "ss2": lambda: supersuit_rate(make, 2, seconds),
             "fastvec": lambda: fastvec_rate(make, seconds),
         }, rounds)
-        limit = rates["plain"] * cores
-        rows.append([name, NUM_ENVS * agents, fmt_rate(rates["plain"]), fmt_rate(limit), fmt_rate(rates["processes"]),
-                     fmt_rate(rates["ss0"]), fmt_rate(rates["ss2"]), fmt_rate(rates["fastvec"]),
-                     f"{rates['fastvec'] / limit:.0%}", f"{rates['fastvec'] / rates['processes']:.0%}",
-                     f"{rates['fastvec'] / rates['ss2']:.2f}x"])
+        rates = {key: statistics.median(values) for key, values in samples.items()}
+        fastvec = samples["fastvec"]
+        rows.append([name, NUM_ENVS * agents, fmt_rate(rates["plain"]), fmt_rate(rates["plain"] * cores),
+                     fmt_rate(rates["processes"]), fmt_rate(rates["ss0"]), fmt_rate(rates["ss2"]),
+                     fmt_rate(rates["fastvec"]), f"{paired_ratio(fastvec, [cores * p for p in samples['plain']]):.0%}",
+                     f"{paired_ratio(fastvec, samples['processes']):.0%}",
+                     f"{paired_ratio(fastvec, samples['ss2']):.2f}x"])
     print_table(f"PettingZoo Parallel envs, {NUM_ENVS} per vector env: agent-steps/s ({cores} cores)",
                 ["env", "rows", "plain loop", "limit", f"{cores} processes", "SuperSuit num_cpus=0",
                  "SuperSuit num_cpus=2", "fastvec", "fastvec / limit", f"fastvec / {cores} processes",
                  "fastvec / SuperSuit 2"], rows)
+    print(f"Rates: medians of {rounds} round(s) of {seconds:g} s, the backends taking turns; ratios: the "
+          "median of the rounds' ratios (each round's fastvec against the same round's reference).")
