@@ -115,3 +115,14 @@ def test_the_release_only_backend_is_fastvec_whose_steps_are_never_parked():
     finally:
         released.close()
         default.close()
+
+
+def test_the_no_stats_backend_is_fastvec_that_counts_nothing():
+    off = train.gym_backend(train.NO_STATS, train.make_cartpole, 2)
+    default = train.gym_backend("FastVectorEnv", train.make_cartpole, 2)
+    try:
+        assert type(off) is type(default)
+        assert off._stats is None and default._stats is not None
+    finally:
+        off.close()
+        default.close()

@@ -66,6 +66,9 @@ RESTART = "FastVectorEnv, restart"
 #: OpenMP region, its idle threads handed back before every step instead: what parking buys.
 #: Not in the default table; name it in the backends of ``python -m fastvec._bench.train``.
 RELEASE_ONLY = "FastVectorEnv, release only"
+#: FastVectorEnv(stats=False): what the statistics counters cost inside a training loop (against
+#: the default, stats=True). Not in the default table; name it in the backends.
+NO_STATS = "FastVectorEnv, stats=False"
 SB3_BACKENDS = ("DummyVecEnv", "SubprocVecEnv", "FastVecEnv")
 BOUND = "env-free bound"
 
@@ -115,7 +118,10 @@ def gym_backend(name: str, make: Callable[[], gym.Env], num_envs: int):
         return FastVectorEnv(fns, autoreset_mode=mode, env_failure="restart")
     if name == RELEASE_ONLY:
         return _release_only(FastVectorEnv(fns, autoreset_mode=mode))
-    raise ValueError(f"unknown backend {name!r}; expected one of {GYM_BACKENDS + (HALVES, RESTART, RELEASE_ONLY)}")
+    if name == NO_STATS:
+        return FastVectorEnv(fns, autoreset_mode=mode, stats=False)
+    raise ValueError(f"unknown backend {name!r}; expected one of "
+                     f"{GYM_BACKENDS + (HALVES, RESTART, RELEASE_ONLY, NO_STATS)}")
 
 
 def _release_only(envs: FastVectorEnv) -> FastVectorEnv:
