@@ -18,3 +18,32 @@ def test_table_has_a_row_per_env_each_measured_or_skipped_with_a_reason(capsys, 
     cells = [c.strip() for c in pong.strip("|").split("|")]
     assert cells[1] == "4" and all(cells[2:]), cells  # 2 envs x 2 paddles, every column filled
     assert "skipped: ModuleNotFoundError" in out
+
+
+def test_asv_suite_steps_every_backend_and_measures_the_limit(monkeypatch):
+    """asv_benchmarks/bench_multiagent.py on cooperative pong: each backend's setup, timed
+    steps and teardown, and the N-process limit; an env whose package is missing is skipped
+    the asv way (NotImplementedError in setup)."""
+    import importlib.util
+    import pathlib
+
+    pytest.importorskip("pettingzoo.butterfly.cooperative_pong_v6")
+    pytest.importorskip("supersuit")
+    path = pathlib.Path(__file__).resolve().parents[1] / "asv_benchmarks" / "bench_multiagent.py"
+    spec = importlib.util.spec_from_file_location("asv_bench_multiagent", path)
+    suite = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(suite)
+    monkeypatch.setattr(multiagent, "NUM_ENVS", 2)
+    assert suite.BACKENDS == ["fastvec", "SuperSuit num_cpus=0", "SuperSuit num_cpus=2"]
+    for backend in suite.BACKENDS:
+        case = suite.MultiAgentStep()
+        case.setup("cooperative_pong_v6", backend)
+        assert case.vec.num_envs == 4  # (2 envs x 2 paddles)
+        case.time_step("cooperative_pong_v6", backend)
+        case.teardown("cooperative_pong_v6", backend)
+    limit = suite.MultiAgentLimit()
+    limit.setup("cooperative_pong_v6")
+    assert limit.track_sps("cooperative_pong_v6") > 0
+    monkeypatch.setattr(multiagent, "ENVS", [("no_such_module.parallel_env_v0", {})])
+    with pytest.raises(NotImplementedError, match="pettingzoo extra"):
+        suite.MultiAgentStep().setup("parallel_env_v0", "fastvec")

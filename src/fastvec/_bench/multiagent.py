@@ -116,30 +116,40 @@ def _timed_steps(step, action_pool, rows: int, seconds: float) -> float:
     return done / (time.perf_counter() - start)
 
 
-def supersuit_rate(make, num_cpus: int, seconds: float) -> float:
+#: the vector-env columns: fastvec's, and SuperSuit's pipeline with its worker processes
+BACKENDS = {"fastvec": None, "SuperSuit num_cpus=0": 0, "SuperSuit num_cpus=2": 2}
+
+
+def make_vector(backend: str, make):
+    """The vector env of column ``backend`` (a key of :data:`BACKENDS`) over ``NUM_ENVS`` envs
+    built by ``make``: MultiAgentVectorEnv with its defaults, or SuperSuit's
+    ``pettingzoo_env_to_vec_env_v1`` + ``concat_vec_envs_v1``."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; expected one of {list(BACKENDS)}")
+    if BACKENDS[backend] is None:
+        from fastvec.vector.multi_agent_vector_env import MultiAgentVectorEnv
+
+        return MultiAgentVectorEnv([make] * NUM_ENVS)
     import supersuit as ss
 
-    vec = ss.concat_vec_envs_v1(ss.pettingzoo_env_to_vec_env_v1(make()), NUM_ENVS, num_cpus=num_cpus,
-                                base_class="gymnasium")
+    return ss.concat_vec_envs_v1(ss.pettingzoo_env_to_vec_env_v1(make()), NUM_ENVS, num_cpus=BACKENDS[backend],
+                                 base_class="gymnasium")
+
+
+def action_pool(vec, count: int) -> list[np.ndarray]:
+    """``count`` batches of random actions for every row of ``vec``, drawn once."""
+    space = vec.single_action_space if hasattr(vec, "single_action_space") else vec.action_space
+    return _actions(space, vec.num_envs, count)
+
+
+def vector_rate(backend: str, make, seconds: float) -> float:
+    """Agent-steps/s of column ``backend`` stepped for ``seconds``."""
+    vec = make_vector(backend, make)
     try:
         vec.reset(seed=0)
-        pool = _actions(vec.single_action_space if hasattr(vec, "single_action_space") else vec.action_space,
-                        vec.num_envs, 16)
-        return _timed_steps(vec.step, pool, vec.num_envs, seconds)
+        return _timed_steps(vec.step, action_pool(vec, 16), vec.num_envs, seconds)
     finally:
         vec.close()
-
-
-def fastvec_rate(make, seconds: float) -> float:
-    from fastvec.vector.multi_agent_vector_env import MultiAgentVectorEnv
-
-    envs = MultiAgentVectorEnv([make] * NUM_ENVS)
-    try:
-        envs.reset(seed=0)
-        pool = _actions(envs.single_action_space, envs.num_envs, 16)
-        return _timed_steps(envs.step, pool, envs.num_envs, seconds)
-    finally:
-        envs.close()
 
 
 def run(quick: bool = False) -> None:
@@ -160,9 +170,9 @@ def run(quick: bool = False) -> None:
         samples = interleaved_samples({
             "plain": lambda: plain_rate(make, seconds),
             "processes": lambda: processes_rate(module, kwargs, cores, seconds),
-            "ss0": lambda: supersuit_rate(make, 0, seconds),
-            "ss2": lambda: supersuit_rate(make, 2, seconds),
-            "fastvec": lambda: fastvec_rate(make, seconds),
+            "ss0": lambda: vector_rate("SuperSuit num_cpus=0", make, seconds),
+            "ss2": lambda: vector_rate("SuperSuit num_cpus=2", make, seconds),
+            "fastvec": lambda: vector_rate("fastvec", make, seconds),
         }, rounds)
         rates = {key: statistics.median(values) for key, values in samples.items()}
         fastvec = samples["fastvec"]
