@@ -15,8 +15,9 @@ Layout, in words (:func:`words`; the word indices are the ``cpdef enum`` members
   ``step`` and between steps (ns), failures recovered (``env_failure="restart"``).
 - one row per worker (8, ``WorkerStat``): plain step commands served, the time its envs took to
   step them, the time it waited for commands (ns), written by the worker; how many envs it
-  steps, the messages and bytes over its pipe (both ways, counted from the moment the block
-  exists) and how many times its process was replaced, written by the caller.
+  steps, the messages and bytes over its pipe (both ways, counted once the worker has mapped
+  the block: the handshake that hands it the block is not) and how many times its process was
+  replaced, written by the caller.
 - one histogram per worker (``HISTOGRAM_BUCKETS``): the step commands by how long the envs
   took, bucket ``k`` counting durations in ``[2**(k-1), 2**k)`` µs (bucket 0: under 1 µs).
 - two words per env: its steps and its resets (autoresets included), written by its worker;
