@@ -203,6 +203,51 @@ def test_the_live_monitor_stops_when_the_job_closes_its_vector_env_or_ends():
                     process.wait()
 
 
+_TWO_ENVS_JOB = """
+import sys, numpy as np
+from fastvec import FastVectorEnv
+sys.path.insert(0, {tests!r})
+from toy_envs import ToyEnv
+for steps in (5, 7):  # (a run, then another in a new vector env, as after an evaluation)
+    with FastVectorEnv([lambda: ToyEnv(info_prob=0.0)] * 2, 1) as envs:
+        envs.reset(seed=0)
+        for _ in range(steps):
+            envs.step(np.zeros(2, np.int64))
+        print("stepped", steps, flush=True)
+        sys.stdin.readline()
+"""
+
+
+def test_the_live_monitor_follows_a_vector_env_made_after_it_attached():
+    tests = os.path.dirname(os.path.abspath(__file__))
+    job = subprocess.Popen([sys.executable, "-c", _TWO_ENVS_JOB.format(tests=tests)], stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, text=True)
+    monitor = None
+    try:
+        assert job.stdout.readline().strip() == "stepped 5"
+        monitor = subprocess.Popen([sys.executable, "-m", "fastvec.monitor", str(job.pid), "--json",
+                                    "--interval", "0.05"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert [r["totals"]["steps"] for r in json.loads(monitor.stdout.readline())] == [5]
+        job.stdin.write("go\n")
+        job.stdin.flush()
+        assert job.stdout.readline().strip() == "stepped 7"  # (the first env closed, a second one made)
+        for _ in range(200):
+            seen = [r["totals"]["steps"] for r in json.loads(monitor.stdout.readline())]
+            if seen != [5]:
+                break
+        assert seen == [7]
+        job.stdin.write("go\n")
+        job.stdin.flush()
+        assert job.wait(timeout=30) == 0
+        _, err = monitor.communicate(timeout=30)
+        assert monitor.returncode == 0 and "ended" in err, err
+    finally:
+        for process in (job, monitor):
+            if process is not None:
+                process.kill()
+                process.wait()
+
+
 def test_monitor_refuses_a_process_without_fastvec_or_no_process_clearly():
     idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:

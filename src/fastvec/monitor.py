@@ -8,8 +8,9 @@ apart say: env transitions per second, the trainer's share of the time, each wor
 utilisation, step-time percentiles, pipe traffic and restarts, each env's steps, resets and
 restarts, and advice. It writes
 nothing and holds no lock: the job runs on as if it were not there, and goes on when the
-monitor stops. The monitor stops by itself when the process ends or has closed every vector
-env it was watching.
+monitor stops. It follows the process's vector envs as they come and go (one closed, another
+made: an evaluation env, a new run), and stops by itself when the process ends or has none
+left.
 
     python -m fastvec.monitor 12345                   # live, refreshed every second (rich: the
                                                       # `monitor` extra; else plain text)
@@ -58,6 +59,7 @@ class AttachedBlock:
 
     def __init__(self, pid: int, fd: int, region: StatsRegion, mapping: mmap.mmap):
         self.pid, self.fd = pid, fd
+        self.key: tuple[int, int] | None = None  # (the block's device and inode: one per block)
         self._region, self._mapping = region, mapping
 
     @property
@@ -84,8 +86,9 @@ class AttachedBlock:
         self._mapping.close()
 
 
-def attach(pid: int) -> list[AttachedBlock]:
-    """The statistics regions of every FastVectorEnv (with ``stats=True``) of process ``pid``.
+def attach(pid: int, skip: Sequence[AttachedBlock] = ()) -> list[AttachedBlock]:
+    """The statistics regions of every FastVectorEnv (with ``stats=True``) of process ``pid``
+    (but the blocks ``skip`` already maps).
 
     Raises:
         ProcessLookupError: no process ``pid``.
@@ -105,7 +108,8 @@ def attach(pid: int) -> list[AttachedBlock]:
         raise PermissionError(f"cannot read process {pid}'s file descriptors: the monitor attaches to "
                               "processes of the same user only") from None
     blocks = []
-    seen = set()  # (a process may hold a block through several descriptors: Python's mmap keeps a dup)
+    # (a process may hold a block through several descriptors: Python's mmap keeps a dup)
+    seen = {block.key for block in skip}
     for name in sorted(fds, key=int):
         path = f"{fd_dir}/{name}"
         try:
@@ -118,9 +122,10 @@ def attach(pid: int) -> list[AttachedBlock]:
         except (OSError, ValueError):
             continue  # (closed meanwhile, or not a statistics region)
         if block is not None:
-            seen.add((info.st_dev, info.st_ino))
+            block.key = (info.st_dev, info.st_ino)
+            seen.add(block.key)
             blocks.append(block)
-    if not blocks:
+    if not blocks and not skip:
         raise LookupError(f"process {pid} has no FastVectorEnv with statistics (made with stats=True, the "
                           "default, and not closed)")
     return blocks
@@ -135,6 +140,21 @@ def job_runs(pid: int, blocks: Sequence[AttachedBlock]) -> bool:
     except OSError:
         return False
     return any(block.in_use for block in blocks)
+
+
+def _follow(pid: int, blocks: list[AttachedBlock]) -> list[AttachedBlock]:
+    """``blocks`` without those whose vector env has closed (unmapped), with the blocks of
+    vector envs ``pid`` has made since (an evaluation env, a new run)."""
+    kept = []
+    for block in blocks:
+        if block.in_use:
+            kept.append(block)
+        else:
+            block.close()
+    try:
+        return kept + attach(pid, skip=kept)
+    except (ProcessLookupError, PermissionError, LookupError):
+        return kept
 
 
 def _map(pid: int, fd: int, path: str) -> AttachedBlock | None:
@@ -304,6 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 live = Live(refresh_per_second=4)
         with live if live is not None else contextlib.nullcontext():
             while True:
+                blocks = _follow(args.pid, blocks)
                 live_blocks = [block for block in blocks if block.in_use]
                 if not job_runs(args.pid, live_blocks):
                     print(f"fastvec.monitor: process {args.pid} ended, or closed its vector envs", file=sys.stderr)
