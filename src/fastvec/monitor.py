@@ -193,7 +193,7 @@ def render(reading: dict[str, Any], width: int = 30) -> str:
              f"{reading['sps']:,.0f} env steps/s | {_split(reading)} | pipe {_pipe_rate(reading, reading)} | "
              f"{reading['totals']['restarts']} restarts"]
     for k, worker in enumerate(reading["workers"]):
-        used = min(max(worker["utilisation"], 0.0), 1.0)
+        used = _busy(worker)
         bar = "#" * round(used * width) + "." * (width - round(used * width))
         p50, p99 = worker["step_us_p50"], worker["step_us_p99"]
         lines.append(f"  worker {k:>2} [{bar}] {100 * used:5.1f} % busy | {worker['envs']} envs | step p50 "
@@ -222,14 +222,13 @@ def rich_view(readings_now: Sequence[dict[str, Any]]):
             table.add_column(column, justify=justify)
         per_worker_steps = _env_steps_per_worker(r)
         for k, w in enumerate(r["workers"]):
-            used = min(max(w["utilisation"], 0.0), 1.0)
+            used = _busy(w)
             filled = round(used * 24)
             bar = Text("█" * filled, style="green" if used < 0.8 else "red") + Text("░" * (24 - filled), style="dim")
             p50, p99 = w["step_us_p50"], w["step_us_p99"]
             table.add_row(str(k), str(w["envs"]), bar, f"{100 * used:.0f} %",
                           "-" if p50 is None else f"<{p50:,.0f} µs", "-" if p99 is None else f"<{p99:,.0f} µs",
-                          f"{per_worker_steps[k] / r['wall_s']:,.0f}", f"{w['pipe_messages'] / r['wall_s']:,.0f}",
-                          f"{w['pipe_bytes'] / r['wall_s'] / 1024:,.1f}", str(w["restarts"]))
+                          f"{per_worker_steps[k] / r['wall_s']:,.0f}", *_pipe_rates(r, w), str(w["restarts"]))
         parts.append(table)
         parts.extend(Text(f"! {line}", style="bold yellow") for line in r["advice"])
     return Group(*parts)
@@ -243,10 +242,21 @@ def _split(reading: dict[str, Any]) -> str:
             f"trainer {100 * reading['trainer_share']:.0f} %")
 
 
-def _pipe_rate(reading: dict[str, Any], counts: dict[str, Any]) -> str:
-    """``counts``' pipe messages and bytes in the reading's window, per second."""
+def _busy(worker: dict[str, Any]) -> float:
+    """A worker's utilisation, within [0, 1] for its bar."""
+    return min(max(worker["utilisation"], 0.0), 1.0)
+
+
+def _pipe_rates(reading: dict[str, Any], counts: dict[str, Any]) -> tuple[str, str]:
+    """``counts``' pipe messages and KiB in the reading's window, per second, formatted."""
     wall = reading["wall_s"]
-    return f"{counts['pipe_messages'] / wall:,.0f} msg/s, {counts['pipe_bytes'] / wall / 1024:,.1f} KiB/s"
+    return f"{counts['pipe_messages'] / wall:,.0f}", f"{counts['pipe_bytes'] / wall / 1024:,.1f}"
+
+
+def _pipe_rate(reading: dict[str, Any], counts: dict[str, Any]) -> str:
+    """The same, as one phrase of the text view."""
+    messages, kib = _pipe_rates(reading, counts)
+    return f"{messages} msg/s, {kib} KiB/s"
 
 
 def _env_steps_per_worker(reading: dict[str, Any]) -> list[int]:

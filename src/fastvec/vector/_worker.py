@@ -29,7 +29,8 @@ from fastvec.vector import _sync
 from fastvec.vector._env_loop import EnvLoop
 from fastvec.vector import _protocol
 from fastvec.vector._infos import InfoWriter
-from fastvec.vector._protocol import AUTORESET_CODES, LIVENESS_INTERVAL, RECOVERABLE, Command, Status, Word
+from fastvec.vector._protocol import (AUTORESET_CODES, LIVENESS_INTERVAL, RECOVERABLE, Command, Status, Word,
+                                      WorkerStat)
 from fastvec.vector._protocol import CMD_STEP as _STEP
 from fastvec.vector._protocol import CMD_STEP_PIPE as _STEP_PIPE
 from fastvec.vector._protocol import STATUS_INFOS as _INFOS
@@ -37,7 +38,6 @@ from fastvec.vector._protocol import STATUS_MESSAGE as _MESSAGE
 from fastvec.vector._protocol import STATUS_OK as _OK
 from fastvec.vector._restarts import RestartState, derived_seed
 from fastvec.vector._shared_buffer import SharedBuffer, receive
-from fastvec.vector._protocol import WorkerStat
 from fastvec.vector._stats import MAGIC, StatsRegion
 from fastvec.vector._step_server import StepServer, step_bucket, watch_parent
 

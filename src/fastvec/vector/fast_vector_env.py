@@ -395,10 +395,11 @@ class FastVectorEnv(WorkerVectorEnv):
 
         Returns:
             A dict: ``wall_s`` (the window), ``steps`` and ``sps`` (env transitions per
-            second, ``step``, ``step_async``/``step_wait`` and ``recv`` together), ``in_step_s`` and ``between_steps_s``
-            (the caller's time inside steps and between them, the trainer's), that time's
-            split into ``env_share`` (waiting for the envs: the busiest worker's env time),
-            ``handoff_share`` (the rest of the time in steps) and ``trainer_share``, ``workers`` (per worker: ``envs``, ``commands``, ``step_s``
+            second, ``step``, ``step_async``/``step_wait`` and ``recv`` together),
+            ``in_step_s`` and ``between_steps_s`` (the caller's time inside steps and between
+            them, the trainer's), that time's split into ``env_share`` (waiting for the envs:
+            the busiest worker's env time), ``handoff_share`` (the rest of the time in steps)
+            and ``trainer_share``, ``workers`` (per worker: ``envs``, ``commands``, ``step_s``
             and ``wait_s``, ``utilisation`` (its envs' share of the wall time),
             ``step_us_mean`` and the ``step_us_p50``/``step_us_p99`` of its commands, upper
             bucket edges of a power-of-two histogram, ``pipe_messages`` and ``pipe_bytes``
