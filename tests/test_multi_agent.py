@@ -203,12 +203,107 @@ def test_bad_input_is_refused_clearly():
 
     with pytest.raises(ValueError, match="possible_agents"):
         MultiAgentVectorEnv([Arena, Other])
-    with pytest.raises(TypeError, match="batch_size"):
-        MultiAgentVectorEnv([Arena], batch_size=1)
+    with pytest.raises(TypeError, match="step_in_caller"):
+        MultiAgentVectorEnv([Arena], step_in_caller=True)
     with MultiAgentVectorEnv([Arena, Arena]) as envs:
         envs.reset(seed=0)
         with pytest.raises(ValueError, match="one action per row"):
             envs.step(np.zeros(5, np.int64))
+
+
+def _take(obs, rows: slice):
+    return {k: v[rows] for k, v in obs.items()} if isinstance(obs, dict) else obs[rows]
+
+
+def _send_recv_against_reference(make, n, mode, steps, dict_obs, sample, **kwargs):
+    """Step MultiAgentVectorEnv with send/recv (two workers, one worker's envs per recv) and a
+    reference per env side by side: whichever envs a recv hands back, each env's rows must be
+    the next ones of its own reference, on its own seed and actions. Returns (absent rows seen,
+    final observations seen)."""
+    refs = [Reference(make, 1, mode) for _ in range(n)]
+    A = len(refs[0].agents)
+    seen_absent = seen_final = 0
+    with MultiAgentVectorEnv([make] * n, num_workers=2, batch_size=n // 2, autoreset_mode=mode, **kwargs) as envs:
+        envs.async_reset(seed=11)
+        expected = {}
+        for e, ref in enumerate(refs):
+            rows, mask = ref.reset(11 + e)
+            expected[e] = (rows, [0.0] * A, [not m for m in mask], [False] * A, mask, {})
+        stepped = [0] * n
+        while min(stepped) < steps:
+            obs, rewards, terminated, truncated, infos = envs.recv()
+            ids = infos["env_id"]
+            assert len(ids) == n // 2 * A and len(rewards) == len(ids)
+            for k, e in enumerate((ids[::A] // A).tolist()):
+                assert ids[k * A:(k + 1) * A].tolist() == list(range(e * A, (e + 1) * A))
+                rows, rew, ter, tru, mask, final_obs = expected[e]
+                local = slice(k * A, (k + 1) * A)
+                where = f"env {e} after {stepped[e]} steps"
+                _assert_obs(_take(obs, local), rows, dict_obs, where)
+                assert rewards[local].tolist() == rew, where
+                assert terminated[local].tolist() == ter, where
+                assert truncated[local].tolist() == tru, where
+                assert infos["agent_mask"][local].tolist() == mask, where
+                assert envs.agent_mask[e * A:(e + 1) * A].tolist() == mask, where
+                seen_absent += mask.count(False)
+                if mode is AutoresetMode.SAME_STEP:
+                    got_final = np.flatnonzero(infos.get("_final_obs", np.zeros(len(ids), bool))[local]).tolist()
+                    assert got_final == sorted(final_obs), where
+                    for i, last in final_obs.items():
+                        _assert_obs(_stack([infos["final_obs"][k * A + i]], dict_obs), [last], dict_obs,
+                                    f"{where} final {i}")
+                    seen_final += len(final_obs)
+            actions = sample(len(ids))
+            for k, e in enumerate((ids[::A] // A).tolist()):
+                expected[e] = refs[e].step(actions[k * A:(k + 1) * A])
+                stepped[e] += 1
+            envs.send(actions, ids)
+    return seen_absent, seen_final
+
+
+@pytest.mark.parametrize("dict_obs", [False, True], ids=["box", "dict"])
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.value)
+def test_send_recv_rows_equal_the_reference_loop(mode, dict_obs):
+    """send/recv with batch_size = one worker's envs: each worker's envs step on their own,
+    and every env's rows are still its reference's, spawns, deaths and autoresets included."""
+    rng = np.random.default_rng(5)
+    absent, final = _send_recv_against_reference(functools.partial(Arena, dict_obs=dict_obs), 4, mode, 25,
+                                                  dict_obs, lambda k: rng.integers(0, 3, k))
+    assert absent > 0
+    assert final > 0 or mode is AutoresetMode.NEXT_STEP
+
+
+def test_send_recv_knights_archers_zombies_rows_equal_the_reference_loop():
+    module = pytest.importorskip("pettingzoo.butterfly.knights_archers_zombies_v11")
+    rng = np.random.default_rng(1)
+    absent, _ = _send_recv_against_reference(module.parallel_env, 4, AutoresetMode.NEXT_STEP, 200, False,
+                                             lambda k: rng.integers(0, 6, k))
+    assert absent > 0  # (agents killed by zombies)
+
+
+def test_send_recv_refuses_bad_input_clearly():
+    from gymnasium.error import NoAsyncCallError
+
+    with pytest.raises(ValueError, match="batch_size"):
+        MultiAgentVectorEnv([Arena] * 4, num_workers=2, batch_size=3)
+    with MultiAgentVectorEnv([Arena] * 4, num_workers=2, batch_size=2) as envs:
+        A = envs.num_agents
+        with pytest.raises(NoAsyncCallError):
+            envs.recv()
+        with pytest.raises(ValueError, match=r"recv\(\) first"):
+            envs.send(np.zeros(2 * A, np.int64))
+        envs.reset(seed=0)
+        with pytest.raises(RuntimeError, match=r"MultiAgentVectorEnv has batch_size=2 < 4 envs: step it with send\(actions, env_ids\)"):
+            envs.step(np.zeros(4 * A, np.int64))
+        with pytest.raises(ValueError, match="not whole envs' rows"):
+            envs.send(np.zeros(A - 1, np.int64), np.arange(A - 1))
+        with pytest.raises(ValueError, match="split"):  # (one env of a worker that holds two)
+            envs.send(np.zeros(A, np.int64), np.arange(A))
+        with pytest.raises(ValueError, match="one action per row"):
+            envs.send(np.zeros(A, np.int64), np.arange(2 * A))
+        envs.send(np.zeros(4 * A, np.int64))  # (by default: every row that reset returned)
+        _, rewards, _, _, infos = envs.recv()
+        assert len(rewards) == 2 * A and len(infos["env_id"]) == 2 * A
 
 
 @pytest.mark.parametrize("name, kwargs", [("pistonball_v6", {"max_cycles": 25}), ("cooperative_pong_v6", {"max_cycles": 25})])

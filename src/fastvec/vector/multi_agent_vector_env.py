@@ -67,6 +67,16 @@ class MultiAgentVectorEnv(VectorEnv):
         True
         >>> envs.close()
 
+    With ``batch_size`` each worker's envs step on their own (:meth:`send`/:meth:`recv`):
+
+        >>> envs = MultiAgentVectorEnv([Duel] * 4, num_workers=2, batch_size=2)
+        >>> envs.async_reset(seed=0)
+        >>> obs, rewards, terminated, truncated, infos = envs.recv()  # one worker's 2 envs x 2 agents
+        >>> obs.shape, infos["env_id"].tolist() in ([0, 1, 2, 3], [4, 5, 6, 7])
+        ((4, 2), True)
+        >>> envs.send(np.full(4, 2), infos["env_id"])  # its next actions; the other worker steps meanwhile
+        >>> envs.close()
+
     Args:
         env_fns: one constructor per env, each returning a PettingZoo ``ParallelEnv`` (called
             in a worker process). Every env must have the same ``possible_agents``, and every
@@ -80,15 +90,22 @@ class MultiAgentVectorEnv(VectorEnv):
             (an action past them raises ValueError); Dict and Tuple spaces leaf by leaf (their
             Discrete action leaves must agree).
             Without it (default), agents whose spaces differ raise ValueError.
+        batch_size: envs (not rows) per :meth:`recv`, EnvPool style: with fewer than
+            ``len(env_fns)``, the envs are stepped with :meth:`send`/:meth:`recv`, and each
+            worker's envs steps on its own instead of in lockstep with the others. A worker's
+            envs travel together, so the envs must divide evenly among the workers and
+            ``batch_size`` be a multiple of each one's share. Default: every env
+            (:meth:`step`).
         **vector_kwargs: the rest of :class:`fastvec.FastVectorEnv`'s keywords
-            (``context``, ``pin_workers``, ``env_failure``, ...), except ``batch_size`` and
-            ``step_in_caller``.
+            (``context``, ``pin_workers``, ``env_failure``, ...), except ``step_in_caller``
+            and ``observation_mode``.
 
     Raises:
         TypeError: ``env_fns`` not a sequence of callables, an env that is not a
             ParallelEnv, or a keyword this class does not take.
         ValueError: envs whose ``possible_agents`` differ, agents whose spaces differ (or, with
-            ``pad_spaces``, cannot be padded to one).
+            ``pad_spaces``, cannot be padded to one), a ``batch_size`` that does not split
+            into whole workers' envs.
 
     Attributes:
         action_mask: with ``pad_spaces`` and Discrete actions of different ``n``, a bool
@@ -98,9 +115,9 @@ class MultiAgentVectorEnv(VectorEnv):
 
     def __init__(self, env_fns: Sequence[Callable[[], Any]], num_workers: int | None = None, *,
                  autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP, pad_spaces: bool = False,
-                 **vector_kwargs: Any) -> None:
+                 batch_size: int | None = None, **vector_kwargs: Any) -> None:
         self._envs: FastVectorEnv | None = None
-        for key in ("batch_size", "step_in_caller", "observation_mode"):
+        for key in ("step_in_caller", "observation_mode"):
             if key in vector_kwargs:
                 raise TypeError(f"MultiAgentVectorEnv does not take {key!r}")
         try:
@@ -111,8 +128,8 @@ class MultiAgentVectorEnv(VectorEnv):
         for k, fn in enumerate(env_fns):
             if not callable(fn):
                 raise TypeError(f"env_fns[{k}] is not callable: got {type(fn).__name__}")
-        self._envs = FastVectorEnv([_RowsMaker(fn, bool(pad_spaces)) for fn in env_fns], num_workers, autoreset_mode=autoreset_mode,
-                                   **vector_kwargs)
+        self._envs = FastVectorEnv([_RowsMaker(fn, bool(pad_spaces)) for fn in env_fns], num_workers,
+                                   autoreset_mode=autoreset_mode, batch_size=batch_size, **vector_kwargs)
         try:
             agents = self._envs.get_attr("possible_agents")
             for k, other in enumerate(agents[1:], 1):
@@ -127,6 +144,11 @@ class MultiAgentVectorEnv(VectorEnv):
             raise
         self.num_agents = len(self.possible_agents)
         self.num_parallel_envs = self._envs.num_envs
+        #: envs (ParallelEnvs, not rows) per :meth:`recv`
+        self.batch_size = self._envs.batch_size
+        # the envs recv() handed back (or reset() returned) that have not been sent actions
+        # since: the default of send's env_ids
+        self._ready_envs = np.zeros(self.num_parallel_envs, bool)
         self.num_envs = self.num_parallel_envs * self.num_agents
         self.single_observation_space = self.agent_observation_space
         self.single_action_space = self.agent_action_space
@@ -149,32 +171,82 @@ class MultiAgentVectorEnv(VectorEnv):
     def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None):
         """Reset every env (env ``i`` with ``seed + i``; with a list of one seed per row, each
         env with its first row's); returns (observations, infos) by row."""
-        if isinstance(seed, (list, tuple)):
-            if len(seed) != self.num_envs:
-                raise ValueError(f"expected one seed per row, {self.num_envs} ({self.num_parallel_envs} envs x "
-                                 f"{self.num_agents} agents), got a list of {len(seed)}")
-            seed = list(seed[::self.num_agents])
-        obs, infos = self._envs.reset(seed=seed, options=options)
+        obs, infos = self._envs.reset(seed=self._env_seeds(seed), options=options)
         self.agent_mask = infos["agent_mask"].reshape(-1).copy()
+        self._ready_envs[:] = True
         return self._rows(obs), self._row_infos(infos)
 
     def step(self, actions):
         """Step every env with its agents' actions (one row each; absent agents' ignored);
-        returns (observations, rewards, terminations, truncations, infos) by row."""
+        returns (observations, rewards, terminations, truncations, infos) by row.
+
+        Raises:
+            RuntimeError: the vector env was made with ``batch_size`` below the number of
+                envs (step it with :meth:`send`/:meth:`recv`).
+        """
+        if self.batch_size < self.num_parallel_envs:
+            raise RuntimeError(f"this MultiAgentVectorEnv has batch_size={self.batch_size} < "
+                               f"{self.num_parallel_envs} envs: step it with send(actions, env_ids) / recv()")
         obs, _, _, _, infos = self._envs.step(self._per_env(actions))
-        rewards = infos["agent_rewards"].copy()
-        terminated = infos["agent_terminated"].copy()
-        truncated = infos["agent_truncated"].copy()
-        ended = infos.get("_final_obs")
-        if ended is not None and ended.any():
-            # SAME_STEP: an env that ended comes back reset; its step's rows are in final_info
-            final = infos["final_info"]
-            for key, out in (("agent_rewards", rewards), ("agent_terminated", terminated),
-                             ("agent_truncated", truncated)):
-                out[ended] = final[key][ended]
+        rewards, terminated, truncated = self._agent_results(infos)
         self.agent_mask = infos["agent_mask"].reshape(-1).copy()
         return (self._rows(obs), rewards.reshape(-1), terminated.reshape(-1), truncated.reshape(-1),
                 self._row_infos(infos))
+
+    # -- async: send / recv (EnvPool style) -------------------------------------------------
+    def async_reset(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
+        """Start resetting every env (env ``i`` with ``seed + i``); their first observations
+        come from :meth:`recv`, ``batch_size`` envs at a time."""
+        self._envs.async_reset(seed=self._env_seeds(seed), options=options)
+        self._ready_envs[:] = False
+
+    def send(self, actions, env_ids=None) -> None:
+        """Start stepping the envs of the rows ``env_ids`` with ``actions`` (one per row, in
+        ``env_ids`` order; absent agents' ignored) and return at once.
+
+        Args:
+            actions: one action per row of ``env_ids``.
+            env_ids: row indices, every row of each env they name: in practice the
+                ``infos["env_id"]`` of one or more earlier :meth:`recv`. Default: the rows
+                that :meth:`recv` handed back (or :meth:`reset` returned) and that have not
+                been sent actions since.
+
+        Raises:
+            ValueError: ``env_ids`` holds only some of an env's rows, or only some of the envs
+                that step together in one worker (``batch_size`` is a multiple of those), or
+                ``actions`` does not hold one action per row; nothing to send by default.
+        """
+        if env_ids is None:
+            envs = np.flatnonzero(self._ready_envs)
+            if not len(envs):
+                raise ValueError("send() with env_ids=None sends the rows handed back by recv() since the last "
+                                 "send: there are none, recv() first (or pass env_ids)")
+            rows = self._rows_of(envs)
+        else:
+            rows = np.asarray(env_ids)
+            envs = self._envs_of(rows)
+        self._envs.send(self._per_env(actions, rows), envs)
+        self._ready_envs[envs] = False
+
+    def recv(self, timeout: float | None = None):
+        """Wait for ``batch_size`` envs to finish their step (or reset); returns their rows'
+        (observations, rewards, terminations, truncations, infos).
+
+        ``infos["env_id"]`` holds the row indices, in order (whole envs); the rest of the
+        infos, and :attr:`agent_mask` at those rows, are as :meth:`step`'s. Rows whose env's
+        last command was a reset have reward 0 and ``terminated`` True only where the agent
+        is absent. Raises ``TimeoutError`` after ``timeout`` seconds, and gymnasium's
+        ``NoAsyncCallError`` with nothing sent.
+        """
+        obs, _, _, _, infos = self._envs.recv(timeout)
+        envs = np.asarray(infos["env_id"])
+        rows = self._rows_of(envs)
+        rewards, terminated, truncated = self._agent_results(infos)
+        self.agent_mask[rows] = infos["agent_mask"].reshape(-1)
+        self._ready_envs[envs] = True
+        row_infos = self._row_infos(infos, rows)
+        row_infos["env_id"] = rows
+        return self._rows(obs), rewards.reshape(-1), terminated.reshape(-1), truncated.reshape(-1), row_infos
 
     def render(self):
         return self._envs.render()
@@ -209,58 +281,107 @@ class MultiAgentVectorEnv(VectorEnv):
         return self._envs
 
     # -- rows <-> envs ----------------------------------------------------------------------------
+    def _env_seeds(self, seed):
+        """``reset``'s seed for the envs: a list of one seed per row becomes each env's first
+        row's (an int or None stays: FastVectorEnv gives env ``i`` ``seed + i``)."""
+        if isinstance(seed, (list, tuple)):
+            if len(seed) != self.num_envs:
+                raise ValueError(f"expected one seed per row, {self.num_envs} ({self.num_parallel_envs} envs x "
+                                 f"{self.num_agents} agents), got a list of {len(seed)}")
+            return list(seed[::self.num_agents])
+        return seed
+
+    def _rows_of(self, envs: np.ndarray) -> np.ndarray:
+        """The row indices of the envs ``envs``, env by env."""
+        return (np.asarray(envs, np.int64)[:, None] * self.num_agents + np.arange(self.num_agents)).reshape(-1)
+
+    def _envs_of(self, rows: np.ndarray) -> np.ndarray:
+        """The envs whose rows are exactly ``rows`` (every row of each, in agent order)."""
+        if rows.ndim != 1 or rows.dtype.kind not in "iu" or len(rows) == 0:
+            raise ValueError(f"env_ids must be a non-empty 1-D integer array of row indices, got {rows!r}")
+        if rows.min() < 0 or rows.max() >= self.num_envs:
+            raise ValueError(f"env_ids must be row indices in [0, {self.num_envs}), got {rows.tolist()}")
+        envs = rows[::self.num_agents] // self.num_agents
+        if len(rows) % self.num_agents or not np.array_equal(self._rows_of(envs), rows):
+            raise ValueError(f"env_ids {rows.tolist()} are not whole envs' rows: each env's {self.num_agents} rows "
+                             "(env i: rows i * num_agents to i * num_agents + num_agents - 1), in agent order, "
+                             "as recv() hands them back in infos['env_id']")
+        return envs
+
     def _rows(self, batch):
         """(envs, agents, ...) leaves as (envs * agents, ...)."""
         if isinstance(batch, dict):
             return {key: self._rows(value) for key, value in batch.items()}
         if isinstance(batch, tuple):
             return tuple(self._rows(value) for value in batch)
-        return batch.reshape(self.num_envs, *batch.shape[2:])
+        return batch.reshape(batch.shape[0] * batch.shape[1], *batch.shape[2:])
 
-    def _per_env(self, actions):
-        """(envs * agents, ...) actions as (envs, agents, ...)."""
+    def _per_env(self, actions, rows: np.ndarray | None = None):
+        """(rows, ...) actions, one per row of ``rows`` (default: every row), as (envs, agents, ...)."""
         if isinstance(actions, dict):
-            return {key: self._per_env(value) for key, value in actions.items()}
+            return {key: self._per_env(value, rows) for key, value in actions.items()}
         if isinstance(actions, tuple):
-            return tuple(self._per_env(value) for value in actions)
+            return tuple(self._per_env(value, rows) for value in actions)
         actions = np.asarray(actions)
-        if actions.shape[:1] != (self.num_envs,):
-            raise ValueError(f"expected one action per row, {self.num_envs} ({self.num_parallel_envs} envs x "
-                             f"{self.num_agents} agents), got an array of shape {actions.shape}")
+        count = self.num_envs if rows is None else len(rows)
+        if actions.shape[:1] != (count,):
+            whole = f"{self.num_parallel_envs} envs x " if rows is None else f"{count // self.num_agents} envs x "
+            raise ValueError(f"expected one action per row, {count} ({whole}{self.num_agents} agents), "
+                             f"got an array of shape {actions.shape}")
         if self._action_limits is not None:
-            invalid = (actions >= self._action_limits) & self.agent_mask
+            limits, present = self._action_limits, self.agent_mask
+            if rows is not None:
+                limits, present = limits[rows], present[rows]
+            invalid = (actions >= limits) & present
             if invalid.any():
-                row = int(np.flatnonzero(invalid)[0])
+                k = int(np.flatnonzero(invalid)[0])
+                row = k if rows is None else int(rows[k])
                 start = int(self.agent_action_space.start)
                 raise ValueError(
                     f"row {row} (agent {self.possible_agents[row % self.num_agents]!r}, actions {start} to "
-                    f"{self._action_limits[row] - 1}) was given action {actions[row]}, one of the padding of "
+                    f"{self._action_limits[row] - 1}) was given action {actions[k]}, one of the padding of "
                     "the padded action space (pad_spaces=True): mask the actions with envs.action_mask"
                 )
-        return actions.reshape(self.num_parallel_envs, self.num_agents, *actions.shape[1:])
+        return actions.reshape(count // self.num_agents, self.num_agents, *actions.shape[1:])
 
-    def _row_infos(self, infos: dict) -> dict:
-        """The envs' infos by row: the per-agent arrays reshaped; ``final_obs`` split into its
-        agents' rows (SAME_STEP)."""
-        rows: dict[str, Any] = {"agent_mask": infos["agent_mask"].reshape(-1).copy(),
-                                "_agent_mask": np.ones(self.num_envs, bool)}
-        if self.action_mask is not None:
-            rows["action_mask"] = self.action_mask.copy()
-            rows["_action_mask"] = np.ones(self.num_envs, bool)
+    @staticmethod
+    def _agent_results(infos: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The (envs, agents) rewards, terminations and truncations of a step's infos; with
+        SAME_STEP, an env that ended has come back reset, and its step's are in final_info."""
+        rewards = infos["agent_rewards"].copy()
+        terminated = infos["agent_terminated"].copy()
+        truncated = infos["agent_truncated"].copy()
         ended = infos.get("_final_obs")
         if ended is not None and ended.any():
-            final_obs = np.empty(self.num_envs, dtype=object)
+            final = infos["final_info"]
+            for key, out in (("agent_rewards", rewards), ("agent_terminated", terminated),
+                             ("agent_truncated", truncated)):
+                out[ended] = final[key][ended]
+        return rewards, terminated, truncated
+
+    def _row_infos(self, infos: dict, rows: np.ndarray | None = None) -> dict:
+        """The infos of the envs of ``rows`` (default: every row) by row: the per-agent arrays
+        reshaped; ``final_obs`` split into its agents' rows (SAME_STEP)."""
+        count = self.num_envs if rows is None else len(rows)
+        out: dict[str, Any] = {"agent_mask": infos["agent_mask"].reshape(-1).copy(),
+                               "_agent_mask": np.ones(count, bool)}
+        if self.action_mask is not None:
+            out["action_mask"] = self.action_mask.copy() if rows is None else self.action_mask[rows]
+            out["_action_mask"] = np.ones(count, bool)
+        ended = infos.get("_final_obs")
+        if ended is not None and ended.any():
+            final_obs = np.empty(count, dtype=object)
             for e in np.flatnonzero(ended).tolist():
                 last = infos["final_obs"][e]
                 for a in range(self.num_agents):
                     final_obs[e * self.num_agents + a] = row_of(last, a)
-            rows["final_obs"] = final_obs
-            rows["_final_obs"] = np.repeat(ended, self.num_agents)
+            out["final_obs"] = final_obs
+            out["_final_obs"] = np.repeat(ended, self.num_agents)
         for key in ("env_restarted", "env_error"):
             if key in infos:
-                rows[key] = np.repeat(infos[key], self.num_agents)
-                rows[f"_{key}"] = np.repeat(infos[f"_{key}"], self.num_agents)
-        return rows
+                out[key] = np.repeat(infos[key], self.num_agents)
+                out[f"_{key}"] = np.repeat(infos[f"_{key}"], self.num_agents)
+        return out
 
     def __repr__(self) -> str:
         return f"MultiAgentVectorEnv({self.num_parallel_envs} envs x {self.num_agents} agents)"
