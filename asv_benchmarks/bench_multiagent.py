@@ -1,8 +1,10 @@
 """asv: PettingZoo Parallel envs, 8 per vector env, on fastvec's MultiAgentVectorEnv and on
 SuperSuit's pipeline, and what the cores give them.
 
-``MultiAgentStep.time_step`` is the time of ``STEPS`` vector steps (every agent row stepped
-once each, random actions drawn in setup); compare it across ``backend`` for the same env.
+``MultiAgentStep.time_step`` is the time of ``STEPS`` vector steps' worth of agent rows (every
+row stepped ``STEPS`` times: ``step`` calls, or for ``fastvec send/recv`` the ``recv``/``send``
+pairs that step as many rows; random actions drawn in setup); compare it across ``backend``
+for the same env.
 ``MultiAgentLimit.track_sps`` is what one plain process per usable core, each stepping its
 share of the 8 envs with no vector env, steps together, in agent-steps per second: the
 cores' real limit. ``python -m fastvec.bench multiagent`` prints the same cases as a table.
@@ -40,24 +42,24 @@ class MultiAgentStep:
     def setup(self, env, backend):
         self.vec = None
         _, _, make = _env(env)
-        if backend != "fastvec":
+        if not backend.startswith("fastvec"):
             try:
                 import supersuit  # noqa: F401
             except ImportError as exc:
                 raise NotImplementedError(f"SuperSuit is not installed: {exc}") from exc
         self.vec = multiagent.make_vector(backend, make)
-        self.vec.reset(seed=0)
-        self.actions = multiagent.action_pool(self.vec, STEPS)
-        for a in self.actions[:2]:  # (warm: first steps allocate)
-            self.vec.step(a)
+        self.advance = multiagent.start(self.vec, multiagent.action_pool(self.vec, STEPS))
+        for _ in range(2):  # (warm: first steps allocate)
+            self.advance()
 
     def teardown(self, env, backend):
         if self.vec is not None:
             self.vec.close()
 
     def time_step(self, env, backend):
-        for a in self.actions:
-            self.vec.step(a)
+        rows = 0
+        while rows < STEPS * self.vec.num_envs:
+            rows += self.advance()
 
 
 class MultiAgentLimit:

@@ -34,12 +34,18 @@ def test_asv_suite_steps_every_backend_and_measures_the_limit(monkeypatch):
     suite = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(suite)
     monkeypatch.setattr(multiagent, "NUM_ENVS", 2)
-    assert suite.BACKENDS == ["fastvec", "SuperSuit num_cpus=0", "SuperSuit num_cpus=2"]
+    assert suite.BACKENDS == ["fastvec", "fastvec send/recv", "SuperSuit num_cpus=0", "SuperSuit num_cpus=2"]
     for backend in suite.BACKENDS:
         case = suite.MultiAgentStep()
         case.setup("cooperative_pong_v6", backend)
         assert case.vec.num_envs == 4  # (2 envs x 2 paddles)
+        stepped = []
+        advance = case.advance
+        case.advance = lambda: stepped.append(advance()) or stepped[-1]
         case.time_step("cooperative_pong_v6", backend)
+        assert sum(stepped) == suite.STEPS * 4
+        if backend == "fastvec send/recv":  # (one worker's env, 2 rows, per recv)
+            assert case.vec.batch_size == 1 and set(stepped) == {2}
         case.teardown("cooperative_pong_v6", backend)
     limit = suite.MultiAgentLimit()
     limit.setup("cooperative_pong_v6")

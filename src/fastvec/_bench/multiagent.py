@@ -12,7 +12,11 @@ stepped once):
   the envs, started together and added up: what the cores allow on this machine, with no
   vector env and no communication at all (on a 2-vCPU VM two processes get 1.6-1.8x one);
 - **SuperSuit** with ``num_cpus=0`` (in this process) and ``num_cpus=2`` (two worker processes);
-- **fastvec**: ``MultiAgentVectorEnv`` with its default arguments.
+- **fastvec**: ``MultiAgentVectorEnv`` with its default arguments (``step``, every env in
+  lockstep);
+- **fastvec send/recv**: ``MultiAgentVectorEnv(..., batch_size=<one worker's envs>)`` stepped
+  EnvPool style: each ``recv`` hands back the first worker done, which is sent its next
+  actions at once, so that no worker waits for another's slow step or reset.
 
 The backends take turns round by round, random actions drawn once. Rates are medians of the
 rounds; each ratio is the median of the rounds' ratios (paired: the same minute of the machine).
@@ -104,31 +108,40 @@ def processes_rate(module: str, kwargs: dict, processes: int, seconds: float) ->
                 worker.kill()
 
 
-def _timed_steps(step, action_pool, rows: int, seconds: float) -> float:
-    for i in range(3):
-        step(action_pool[i % len(action_pool)])
-    done, i = 0, 0
+def _usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _timed(advance, seconds: float) -> float:
+    """Rows per second of ``advance()`` (which returns the rows it stepped) called for ``seconds``."""
+    for _ in range(3):
+        advance()
+    done = 0
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
-        step(action_pool[i % len(action_pool)])
-        done += rows
-        i += 1
+        done += advance()
     return done / (time.perf_counter() - start)
 
 
-#: the vector-env columns: fastvec's, and SuperSuit's pipeline with its worker processes
-BACKENDS = {"fastvec": None, "SuperSuit num_cpus=0": 0, "SuperSuit num_cpus=2": 2}
+SEND_RECV = "fastvec send/recv"
+#: the vector-env columns: fastvec's (lockstep ``step``, and send/recv), and SuperSuit's
+#: pipeline with its worker processes
+BACKENDS = {"fastvec": None, SEND_RECV: None, "SuperSuit num_cpus=0": 0, "SuperSuit num_cpus=2": 2}
 
 
 def make_vector(backend: str, make):
     """The vector env of column ``backend`` (a key of :data:`BACKENDS`) over ``NUM_ENVS`` envs
-    built by ``make``: MultiAgentVectorEnv with its defaults, or SuperSuit's
+    built by ``make``: MultiAgentVectorEnv with its defaults, or with one worker's envs per
+    ``recv`` (as many workers as usable cores that divide the envs evenly), or SuperSuit's
     ``pettingzoo_env_to_vec_env_v1`` + ``concat_vec_envs_v1``."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; expected one of {list(BACKENDS)}")
     if BACKENDS[backend] is None:
         from fastvec.vector.multi_agent_vector_env import MultiAgentVectorEnv
 
+        if backend == SEND_RECV:
+            workers = max(w for w in range(1, min(_usable_cores(), NUM_ENVS) + 1) if NUM_ENVS % w == 0)
+            return MultiAgentVectorEnv([make] * NUM_ENVS, num_workers=workers, batch_size=NUM_ENVS // workers)
         return MultiAgentVectorEnv([make] * NUM_ENVS)
     import supersuit as ss
 
@@ -142,19 +155,40 @@ def action_pool(vec, count: int) -> list[np.ndarray]:
     return _actions(space, vec.num_envs, count)
 
 
+def start(vec, actions: list[np.ndarray]):
+    """Reset ``vec`` (from :func:`make_vector`) and return ``advance()``: one ``step`` with the
+    next batch of ``actions`` or, for a send/recv MultiAgentVectorEnv, one ``recv`` and the
+    ``send`` of its rows' next actions; it returns the agent rows it stepped."""
+    count = iter(range(1 << 62))
+    if getattr(vec, "batch_size", None) is not None and vec.batch_size < getattr(vec, "num_parallel_envs", 0):
+        vec.async_reset(seed=0)
+
+        def advance() -> int:
+            infos = vec.recv()[4]
+            rows = infos["env_id"]
+            vec.send(actions[next(count) % len(actions)][:len(rows)], rows)
+            return len(rows)
+    else:
+        vec.reset(seed=0)
+
+        def advance() -> int:
+            vec.step(actions[next(count) % len(actions)])
+            return vec.num_envs
+    return advance
+
+
 def vector_rate(backend: str, make, seconds: float) -> float:
     """Agent-steps/s of column ``backend`` stepped for ``seconds``."""
     vec = make_vector(backend, make)
     try:
-        vec.reset(seed=0)
-        return _timed_steps(vec.step, action_pool(vec, 16), vec.num_envs, seconds)
+        return _timed(start(vec, action_pool(vec, 16)), seconds)
     finally:
         vec.close()
 
 
 def run(quick: bool = False) -> None:
     seconds, rounds = (1.0, 1) if quick else (3.0, 5)
-    cores = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, NUM_ENVS)
+    cores = min(_usable_cores(), NUM_ENVS)
     rows = []
     for module, kwargs in ENVS:
         name = module.rsplit(".", 1)[1]
@@ -165,7 +199,7 @@ def run(quick: bool = False) -> None:
             probe.close()
             import supersuit  # noqa: F401
         except Exception as exc:  # (an extra that is missing: PettingZoo, Box2D, SuperSuit)
-            rows.append([name, "-", f"skipped: {type(exc).__name__}: {exc}"[:80], "", "", "", "", "", "", "", ""])
+            rows.append([name, "-", f"skipped: {type(exc).__name__}: {exc}"[:80]] + [""] * 11)
             continue
         samples = interleaved_samples({
             "plain": lambda: plain_rate(make, seconds),
@@ -173,17 +207,21 @@ def run(quick: bool = False) -> None:
             "ss0": lambda: vector_rate("SuperSuit num_cpus=0", make, seconds),
             "ss2": lambda: vector_rate("SuperSuit num_cpus=2", make, seconds),
             "fastvec": lambda: vector_rate("fastvec", make, seconds),
+            "send/recv": lambda: vector_rate(SEND_RECV, make, seconds),
         }, rounds)
         rates = {key: statistics.median(values) for key, values in samples.items()}
-        fastvec = samples["fastvec"]
+        limit = [cores * p for p in samples["plain"]]
+        fastvec, send_recv = samples["fastvec"], samples["send/recv"]
         rows.append([name, NUM_ENVS * agents, fmt_rate(rates["plain"]), fmt_rate(rates["plain"] * cores),
                      fmt_rate(rates["processes"]), fmt_rate(rates["ss0"]), fmt_rate(rates["ss2"]),
-                     fmt_rate(rates["fastvec"]), f"{paired_ratio(fastvec, [cores * p for p in samples['plain']]):.0%}",
-                     f"{paired_ratio(fastvec, samples['processes']):.0%}",
-                     f"{paired_ratio(fastvec, samples['ss2']):.2f}x"])
+                     fmt_rate(rates["fastvec"]), fmt_rate(rates["send/recv"]),
+                     f"{paired_ratio(fastvec, limit):.0%}", f"{paired_ratio(fastvec, samples['processes']):.0%}",
+                     f"{paired_ratio(send_recv, samples['processes']):.0%}",
+                     f"{paired_ratio(fastvec, samples['ss2']):.2f}x", f"{paired_ratio(send_recv, samples['ss2']):.2f}x"])
     print_table(f"PettingZoo Parallel envs, {NUM_ENVS} per vector env: agent-steps/s ({cores} cores)",
                 ["env", "rows", "plain loop", "limit", f"{cores} processes", "SuperSuit num_cpus=0",
-                 "SuperSuit num_cpus=2", "fastvec", "fastvec / limit", f"fastvec / {cores} processes",
-                 "fastvec / SuperSuit 2"], rows)
+                 "SuperSuit num_cpus=2", "fastvec", "fastvec send/recv", "fastvec / limit",
+                 f"fastvec / {cores} processes", f"send/recv / {cores} processes", "fastvec / SuperSuit 2",
+                 "send/recv / SuperSuit 2"], rows)
     print(f"Rates: medians of {rounds} round(s) of {seconds:g} s, the backends taking turns; ratios: the "
           "median of the rounds' ratios (each round's fastvec against the same round's reference).")
