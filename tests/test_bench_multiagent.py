@@ -53,3 +53,41 @@ def test_asv_suite_steps_every_backend_and_measures_the_limit(monkeypatch):
     monkeypatch.setattr(multiagent, "ENVS", [("no_such_module.parallel_env_v0", {})])
     with pytest.raises(NotImplementedError, match="pettingzoo extra"):
         suite.MultiAgentStep().setup("parallel_env_v0", "fastvec")
+
+
+def test_policy_table_steps_every_backend_with_an_mlp_in_the_loop(capsys, monkeypatch):
+    """The second table: multiwalker with an MLP's forward pass on every batch of rows, each
+    backend's row filled."""
+    pytest.importorskip("torch")
+    pytest.importorskip("supersuit")
+    pytest.importorskip("pettingzoo.sisl.multiwalker_v9")  # (Box2D)
+    monkeypatch.setattr(multiagent, "ENVS", [])
+    monkeypatch.setattr(multiagent, "NUM_ENVS", 2)
+    multiagent.run(quick=True)
+    out = capsys.readouterr().out
+    assert "With a policy" in out
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in out.splitlines()
+            if line.startswith("| multiwalker_v9")]
+    assert [row[1] for row in rows] == list(multiagent.POLICY_BACKENDS)
+    assert all(row[2] and row[3].endswith("x") for row in rows), rows
+
+
+def test_policy_table_is_skipped_with_a_reason_where_its_env_is_missing(capsys, monkeypatch):
+    monkeypatch.setattr(multiagent, "ENVS", [])
+    monkeypatch.setattr(multiagent, "POLICY_ENV", ("no_such_module.parallel_env_v0", {}))
+    multiagent.run(quick=True)
+    assert "With a policy: skipped, ModuleNotFoundError" in capsys.readouterr().out
+
+
+def test_mlp_policy_gives_actions_in_the_space():
+    pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    import numpy as np
+    from gymnasium import spaces
+
+    obs = np.random.default_rng(0).normal(size=(5, 3, 2)).astype(np.float32)
+    for action_space in (spaces.Discrete(4, start=1), spaces.Box(-0.5, 0.5, (2,), np.float32)):
+        vec = SimpleNamespace(single_observation_space=spaces.Box(-9, 9, (3, 2)), single_action_space=action_space)
+        actions = multiagent.mlp_policy(vec)(obs * 100)
+        assert len(actions) == 5 and all(action_space.contains(a) for a in actions), actions

@@ -20,9 +20,15 @@ stepped once):
 
 The backends take turns round by round, random actions drawn once. Rates are medians of the
 rounds; each ratio is the median of the rounds' ratios (paired: the same minute of the machine).
+
+A second table (with the ``torch`` extra) puts a policy in the loop, as a rollout has it: on
+multiwalker (vector observations), a 64x64 tanh MLP's forward pass, torch at its default
+threads, turns each step's (each ``recv``'s) observations into the next actions, on the
+vector-env backends above.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import multiprocessing
 import os
@@ -155,19 +161,27 @@ def action_pool(vec, count: int) -> list[np.ndarray]:
     return _actions(space, vec.num_envs, count)
 
 
-def start(vec, actions: list[np.ndarray]):
-    """Reset ``vec`` (from :func:`make_vector`) and return ``advance()``: one ``step`` with the
-    next batch of ``actions`` or, for a send/recv MultiAgentVectorEnv, one ``recv`` and the
-    ``send`` of its rows' next actions; it returns the agent rows it stepped."""
+def start(vec, actions: list[np.ndarray] | None = None, policy=None):
+    """Reset ``vec`` (from :func:`make_vector`) and return ``advance()``: one ``step`` or, for a
+    send/recv MultiAgentVectorEnv, one ``recv`` and the ``send`` of its rows' next actions; it
+    returns the agent rows it stepped. The actions are the next batch of ``actions``, or with
+    ``policy`` (a function from a batch of rows' observations to their actions), the policy's
+    on the last observations."""
     count = iter(range(1 << 62))
     if getattr(vec, "batch_size", None) is not None and vec.batch_size < getattr(vec, "num_parallel_envs", 0):
         vec.async_reset(seed=0)
 
         def advance() -> int:
-            infos = vec.recv()[4]
+            obs, _, _, _, infos = vec.recv()
             rows = infos["env_id"]
-            vec.send(actions[next(count) % len(actions)][:len(rows)], rows)
+            vec.send(policy(obs) if policy is not None else actions[next(count) % len(actions)][:len(rows)], rows)
             return len(rows)
+    elif policy is not None:
+        last = [vec.reset(seed=0)[0]]
+
+        def advance() -> int:
+            last[0] = vec.step(policy(last[0]))[0]
+            return vec.num_envs
     else:
         vec.reset(seed=0)
 
@@ -175,6 +189,45 @@ def start(vec, actions: list[np.ndarray]):
             vec.step(actions[next(count) % len(actions)])
             return vec.num_envs
     return advance
+
+
+#: the env and backends of the table with a policy in the loop
+POLICY_ENV = ("pettingzoo.sisl.multiwalker_v9", {})
+POLICY_BACKENDS = ("fastvec", SEND_RECV, "SuperSuit num_cpus=2", "SuperSuit num_cpus=0")
+
+
+def mlp_policy(vec):
+    """A 64x64 tanh MLP (the shape of CleanRL's PPO actor), seeded, from one row's observation
+    to its action: numpy observations of any number of rows in, their actions out (clipped
+    into a Box action space, the argmax of a Discrete one)."""
+    import torch
+    import torch.nn as nn
+
+    obs_space = getattr(vec, "single_observation_space", None) or vec.observation_space
+    act_space = getattr(vec, "single_action_space", None) or vec.action_space
+    discrete = hasattr(act_space, "n")
+    outputs = int(act_space.n) if discrete else int(np.prod(act_space.shape))
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(int(np.prod(obs_space.shape)), 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(),
+                        nn.Linear(64, outputs))
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            out = net(torch.as_tensor(obs, dtype=torch.float32).reshape(len(obs), -1)).numpy()
+        if discrete:
+            return out.argmax(1) + int(act_space.start)
+        return np.clip(out.reshape(len(obs), *act_space.shape), act_space.low, act_space.high).astype(act_space.dtype)
+
+    return act
+
+
+def policy_rate(backend: str, make, seconds: float) -> float:
+    """Agent-steps/s of column ``backend`` for ``seconds`` with :func:`mlp_policy` in the loop."""
+    vec = make_vector(backend, make)
+    try:
+        return _timed(start(vec, policy=mlp_policy(vec)), seconds)
+    finally:
+        vec.close()
 
 
 def vector_rate(backend: str, make, seconds: float) -> float:
@@ -225,3 +278,26 @@ def run(quick: bool = False) -> None:
                  "send/recv / SuperSuit 2"], rows)
     print(f"Rates: medians of {rounds} round(s) of {seconds:g} s, the backends taking turns; ratios: the "
           "median of the rounds' ratios (each round's fastvec against the same round's reference).")
+    _run_with_policy(seconds, rounds)
+
+
+def _run_with_policy(seconds: float, rounds: int) -> None:
+    module, kwargs = POLICY_ENV
+    name = module.rsplit(".", 1)[1]
+    try:
+        import supersuit  # noqa: F401
+        import torch
+
+        make = _maker(module, kwargs)
+        make().close()
+    except Exception as exc:  # (an extra that is missing: torch, PettingZoo, Box2D, SuperSuit)
+        print(f"\nWith a policy: skipped, {type(exc).__name__}: {exc}")
+        return
+    samples = interleaved_samples({b: functools.partial(policy_rate, b, make, seconds) for b in POLICY_BACKENDS},
+                                  rounds)
+    reference = samples["SuperSuit num_cpus=2"]
+    rows = [[name, backend, fmt_rate(statistics.median(values)), f"{paired_ratio(values, reference):.2f}x"]
+            for backend, values in samples.items()]
+    print_table(f"With a policy: {NUM_ENVS} envs, a 64x64 MLP's forward pass on every batch of rows, torch at "
+                f"{torch.get_num_threads()} threads: agent-steps/s", ["env", "backend", "agent-steps/s",
+                                                                       "vs SuperSuit num_cpus=2"], rows)

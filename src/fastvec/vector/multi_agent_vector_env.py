@@ -92,7 +92,7 @@ class MultiAgentVectorEnv(VectorEnv):
             Without it (default), agents whose spaces differ raise ValueError.
         batch_size: envs (not rows) per :meth:`recv`, EnvPool style: with fewer than
             ``len(env_fns)``, the envs are stepped with :meth:`send`/:meth:`recv`, and each
-            worker's envs steps on its own instead of in lockstep with the others. A worker's
+            worker's envs step on their own instead of in lockstep with the others'. A worker's
             envs travel together, so the envs must divide evenly among the workers and
             ``batch_size`` be a multiple of each one's share. Default: every env
             (:meth:`step`).
