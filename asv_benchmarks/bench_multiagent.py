@@ -14,9 +14,9 @@ envs, Box2D for multiwalker, SuperSuit) is missing. asv's own environments hold 
 core dependencies: run these in an environment that has them (``asv run --python=same``).
 """
 import importlib
-import os
 
 from fastvec._bench import multiagent
+from fastvec.vector.fast_vector_env import _usable_cores
 
 ENVS = [module.rsplit(".", 1)[1] for module, _ in multiagent.ENVS]
 BACKENDS = list(multiagent.BACKENDS)
@@ -69,8 +69,7 @@ class MultiAgentLimit:
 
     def setup(self, env):
         self.module, self.kwargs, _ = _env(env)
-        self.cores = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
-                         multiagent.NUM_ENVS)
+        self.cores = min(_usable_cores(), multiagent.NUM_ENVS)
 
     def track_sps(self, env):
         return multiagent.processes_rate(self.module, self.kwargs, self.cores, 2.0)

@@ -31,13 +31,13 @@ from __future__ import annotations
 import functools
 import importlib
 import multiprocessing
-import os
 import statistics
 import time
 
 import numpy as np
 
 from fastvec.bench import fmt_rate, interleaved_samples, paired_ratio, print_table
+from fastvec.vector.fast_vector_env import _usable_cores
 
 NUM_ENVS = 8
 # (module, keyword arguments): three envs users train on; multiwalker needs Box2D (in the pettingzoo extra)
@@ -112,10 +112,6 @@ def processes_rate(module: str, kwargs: dict, processes: int, seconds: float) ->
             worker.join(5)
             if worker.is_alive():
                 worker.kill()
-
-
-def _usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _timed(advance, seconds: float) -> float:
@@ -197,19 +193,19 @@ POLICY_BACKENDS = ("fastvec", SEND_RECV, "SuperSuit num_cpus=2", "SuperSuit num_
 
 
 def mlp_policy(vec):
-    """A 64x64 tanh MLP (the shape of CleanRL's PPO actor), seeded, from one row's observation
-    to its action: numpy observations of any number of rows in, their actions out (clipped
-    into a Box action space, the argmax of a Discrete one)."""
+    """The actor of the train section's CleanRL-style PPO agent (a 64x64 tanh MLP), seeded,
+    from one row's observation to its action: numpy observations of any number of rows in,
+    their actions out (clipped into a Box action space, the argmax of a Discrete one)."""
     import torch
-    import torch.nn as nn
+
+    from fastvec._bench.train import _Agent
 
     obs_space = getattr(vec, "single_observation_space", None) or vec.observation_space
     act_space = getattr(vec, "single_action_space", None) or vec.action_space
     discrete = hasattr(act_space, "n")
     outputs = int(act_space.n) if discrete else int(np.prod(act_space.shape))
     torch.manual_seed(0)
-    net = nn.Sequential(nn.Linear(int(np.prod(obs_space.shape)), 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(),
-                        nn.Linear(64, outputs))
+    net = _Agent(int(np.prod(obs_space.shape)), outputs, not discrete).actor
 
     def act(obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
