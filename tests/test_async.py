@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import multiprocessing
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.error import NoAsyncCallError
@@ -194,6 +195,50 @@ def _take_rows(actions, rows):
     if isinstance(actions, tuple):
         return tuple(_take_rows(value, rows) for value in actions)
     return actions[rows]
+
+
+
+class _EchoesAction(gym.Env):
+    """Observes the action it was handed, and its dtype's item size."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (4,), np.float64)
+    action_space = gym.spaces.Box(-8.0, 8.0, (3,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(4), {}
+
+    def step(self, action):
+        return np.append(np.asarray(action, np.float64), action.dtype.itemsize), 0.0, False, False, {}
+
+
+def test_send_hands_each_env_its_actions_in_the_dtype_sent_whatever_went_to_other_workers():
+    # send tells a worker the dtype of its action rows only when it changes: sends to all
+    # workers and to one at a time, in dtypes drawn at random, must each reach every env as
+    # sent (a stale dtype reads the bytes wrongly).
+    rng = np.random.default_rng(0)
+    expected = np.zeros((6, 4))
+    with FastVectorEnv([_EchoesAction] * 6, num_workers=3, batch_size=2) as env:
+        env.async_reset(seed=0)
+        for _ in range(3):
+            env.recv()
+
+        def send(ids):
+            dtype = (np.float32, np.float64)[rng.integers(2)]
+            actions = rng.integers(-8, 8, (len(ids), 3)).astype(dtype)
+            env.send(actions, ids)
+            expected[ids, :3] = actions
+            expected[ids, 3] = np.dtype(dtype).itemsize
+
+        for _ in range(40):
+            if rng.random() < 0.3:
+                send(np.arange(6))
+            else:
+                for w in rng.permutation(3):
+                    send(np.arange(2 * w, 2 * w + 2))
+            for _ in range(3):
+                obs, *_, infos = env.recv()
+                np.testing.assert_array_equal(obs, expected[infos["env_id"]])
 
 
 class _CloseMarkingEnv(ToyEnv):

@@ -304,6 +304,10 @@ def test_send_recv_refuses_bad_input_clearly():
         envs.send(np.zeros(4 * A, np.int64))  # (by default: every row that reset returned)
         _, rewards, _, _, infos = envs.recv()
         assert len(rewards) == 2 * A and len(infos["env_id"]) == 2 * A
+        rows = infos["env_id"]
+        rows[0] = rows[1]  # (rows that recv handed out, then changed: checked again)
+        with pytest.raises(ValueError, match="not whole envs' rows"):
+            envs.send(np.zeros(2 * A, np.int64), rows)
 
 
 @pytest.mark.parametrize("name, kwargs", [("pistonball_v6", {"max_cycles": 25}), ("cooperative_pong_v6", {"max_cycles": 25})])

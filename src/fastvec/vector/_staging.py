@@ -99,6 +99,7 @@ class Staging:
         self.action_dtypes = buffer["act_dtypes"]
         self._codes: tuple = ()  # the dtype codes of the actions last written
         self._codes_everywhere: tuple | None = None  # the codes every worker has, if one set
+        self._codes_of_worker: list = [None] * self.num_workers  # the codes each worker's row holds
         #: the slab of a single fixed-size action leaf (one Cython call writes the common
         #: batch: an ndarray of its shape), else None; ``action_shape``: one action's shape
         self.action_slab = self._act_slabs[0] if act_layout.is_leaf and not act_layout.has_objects else None
@@ -162,14 +163,21 @@ class Staging:
     def publish_action_dtypes(self, workers) -> None:
         """Name the dtype of each action leaf last written in the rows of ``workers`` (when it changed)."""
         codes = self._codes
+        if codes == self._codes_everywhere:
+            return
         if len(workers) == self.num_workers:
-            if codes == self._codes_everywhere:
-                return
             self.action_dtypes[:, : len(codes)] = codes
             self._codes_everywhere = codes
-        else:
-            self.action_dtypes[np.asarray(workers, dtype=np.intp), : len(codes)] = codes
-            self._codes_everywhere = None
+            self._codes_of_worker = [codes] * self.num_workers
+            return
+        # (send/recv: a worker's row is written only when its codes change, which with
+        # the same actions' dtype every send is once)
+        known = self._codes_of_worker
+        for w in workers:
+            if known[w] != codes:
+                self.action_dtypes[w, : len(codes)] = codes
+                known[w] = codes
+        self._codes_everywhere = codes if all(c == codes for c in known) else None
 
     # -- results out ------------------------------------------------------------------------
     def take_replies(self, replies, env_rows: np.ndarray, infos_seen: bool) -> dict[str, Any]:

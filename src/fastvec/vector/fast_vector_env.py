@@ -284,6 +284,7 @@ class FastVectorEnv(WorkerVectorEnv):
         self._all_workers = np.ones(self.num_workers, dtype=np.uint8)
         # send/recv bookkeeping: workers with a command out (those handed back by recv: _ready).
         self._inflight = np.zeros(self.num_workers, dtype=np.uint8)
+        self._envs_per_worker = np.subtract(self._pool.stops, self._pool.starts, dtype=np.int64)
         self._async_used = False  # set by send/async_reset; spares step() a check
         self._next_worker = 0  # where recv's round-robin scan starts
         if self._restarts is not None:
@@ -611,9 +612,10 @@ class FastVectorEnv(WorkerVectorEnv):
 
     def _recv(self, timeout: float | None):
         self._assert_is_running()
-        if not self._inflight.any():
+        in_flight = int(self._envs_per_worker @ self._inflight)  # (envs)
+        if not in_flight:
             raise NoAsyncCallError("Calling `recv` with nothing sent: call `send` or `async_reset` first.", "recv")
-        want = min(self.batch_size, sum(self._stops[w] - self._starts[w] for w in np.flatnonzero(self._inflight)))
+        want = min(self.batch_size, in_flight)
         got, replies, infos_seen = self._pool.wait_some(self._inflight, want, self._next_worker, timeout)
         self._next_worker = got[-1] + 1 if got else self._next_worker
         for w in got:

@@ -150,6 +150,13 @@ class MultiAgentVectorEnv(VectorEnv):
         # since: the default of send's env_ids
         self._ready_envs = np.zeros(self.num_parallel_envs, bool)
         self.num_envs = self.num_parallel_envs * self.num_agents
+        # env i's row indices: _env_rows[i]
+        self._env_rows = np.arange(self.num_envs, dtype=np.int64).reshape(self.num_parallel_envs, self.num_agents)
+        # row sets known to be whole envs' (recv hands them out), by their bytes: the envs they
+        # are. send looks them up instead of checking them again (a few numpy calls, each paid
+        # from cold caches after a long env step).
+        self._envs_by_rows: dict[bytes, np.ndarray] = {}
+        self._all_true = np.ones(self.num_envs, bool)  # (copied from: np.ones is a Python function)
         self.single_observation_space = self.agent_observation_space
         self.single_action_space = self.agent_action_space
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
@@ -240,7 +247,12 @@ class MultiAgentVectorEnv(VectorEnv):
         """
         obs, _, _, _, infos = self._envs.recv(timeout)
         envs = np.asarray(infos["env_id"])
-        rows = self._rows_of(envs)
+        first, last = int(envs[0]), int(envs[-1])
+        if last - first + 1 == len(envs):  # (adjacent workers' envs, ascending as recv sorts them)
+            rows = np.arange(first * self.num_agents, (last + 1) * self.num_agents)
+        else:
+            rows = self._rows_of(envs)
+        self._remember_rows(rows, envs)
         rewards, terminated, truncated = self._agent_results(infos)
         self.agent_mask[rows] = infos["agent_mask"].reshape(-1)
         self._ready_envs[envs] = True
@@ -293,10 +305,25 @@ class MultiAgentVectorEnv(VectorEnv):
 
     def _rows_of(self, envs: np.ndarray) -> np.ndarray:
         """The row indices of the envs ``envs``, env by env."""
-        return (np.asarray(envs, np.int64)[:, None] * self.num_agents + np.arange(self.num_agents)).reshape(-1)
+        return self._env_rows[envs].reshape(-1)
+
+    def _remember_rows(self, rows: np.ndarray, envs: np.ndarray) -> None:
+        """Note that ``rows`` are exactly the rows of ``envs`` (see ``_envs_by_rows``)."""
+        key = rows.tobytes()
+        if key in self._envs_by_rows:
+            return
+        if len(self._envs_by_rows) >= 1024:  # (recv hands out a few sets; this bounds odd uses)
+            self._envs_by_rows.clear()
+        envs = np.array(envs, np.int64)
+        envs.flags.writeable = False  # (send hands it on: nothing may change it)
+        self._envs_by_rows[key] = envs
 
     def _envs_of(self, rows: np.ndarray) -> np.ndarray:
         """The envs whose rows are exactly ``rows`` (every row of each, in agent order)."""
+        if rows.dtype == np.int64 and rows.ndim == 1:
+            known = self._envs_by_rows.get(rows.tobytes())
+            if known is not None:
+                return known
         if rows.ndim != 1 or rows.dtype.kind not in "iu" or len(rows) == 0:
             raise ValueError(f"env_ids must be a non-empty 1-D integer array of row indices, got {rows!r}")
         if rows.min() < 0 or rows.max() >= self.num_envs:
@@ -348,11 +375,11 @@ class MultiAgentVectorEnv(VectorEnv):
     def _agent_results(infos: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The (envs, agents) rewards, terminations and truncations of a step's infos; with
         SAME_STEP, an env that ended has come back reset, and its step's are in final_info."""
-        rewards = infos["agent_rewards"].copy()
-        terminated = infos["agent_terminated"].copy()
-        truncated = infos["agent_truncated"].copy()
+        rewards, terminated, truncated = infos["agent_rewards"], infos["agent_terminated"], infos["agent_truncated"]
         ended = infos.get("_final_obs")
         if ended is not None and ended.any():
+            # (copies: the infos' arrays may be shared with final_info's)
+            rewards, terminated, truncated = rewards.copy(), terminated.copy(), truncated.copy()
             final = infos["final_info"]
             for key, out in (("agent_rewards", rewards), ("agent_terminated", terminated),
                              ("agent_truncated", truncated)):
@@ -363,11 +390,13 @@ class MultiAgentVectorEnv(VectorEnv):
         """The infos of the envs of ``rows`` (default: every row) by row: the per-agent arrays
         reshaped; ``final_obs`` split into its agents' rows (SAME_STEP)."""
         count = self.num_envs if rows is None else len(rows)
-        out: dict[str, Any] = {"agent_mask": infos["agent_mask"].reshape(-1).copy(),
-                               "_agent_mask": np.ones(count, bool)}
+        # (the infos' arrays are this call's own: agent_mask goes out as it is, and the
+        # attribute keeps a copy)
+        out: dict[str, Any] = {"agent_mask": infos["agent_mask"].reshape(-1),
+                               "_agent_mask": self._all_true[:count].copy()}
         if self.action_mask is not None:
             out["action_mask"] = self.action_mask.copy() if rows is None else self.action_mask[rows]
-            out["_action_mask"] = np.ones(count, bool)
+            out["_action_mask"] = self._all_true[:count].copy()
         ended = infos.get("_final_obs")
         if ended is not None and ended.any():
             final_obs = np.empty(count, dtype=object)
