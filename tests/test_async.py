@@ -157,6 +157,23 @@ def test_recv_without_send_and_timeout():
             env.recv(timeout=0.05)
 
 
+
+def test_recv_takes_what_is_in_flight_and_refuses_once_all_is_received():
+    # batch_size=4 is two workers' envs: with one worker's out, recv returns those two;
+    # once everything sent has come back, recv has nothing to wait for.
+    with FastVectorEnv([lambda: ToyEnv(max_len=1000) for _ in range(8)], num_workers=4, batch_size=4) as env:
+        env.async_reset(seed=0)
+        for _ in range(2):
+            env.recv(timeout=10)
+        with pytest.raises(NoAsyncCallError):
+            env.recv(timeout=2)
+        for sent in ([2, 3], [4, 5, 6, 7], [0, 1]):
+            env.send(np.zeros(len(sent), np.int64), sent)
+            *_, infos = env.recv(timeout=2)
+            assert infos["env_id"].tolist() == sent
+            with pytest.raises(NoAsyncCallError):
+                env.recv(timeout=2)
+
 @pytest.mark.parametrize("kwargs", [
     {"num_workers": 3, "batch_size": 2},  # 8 envs do not split over 3 workers
     {"num_workers": 4, "batch_size": 3},  # 3 is not a multiple of 2 envs per worker

@@ -284,7 +284,8 @@ class FastVectorEnv(WorkerVectorEnv):
         self._all_workers = np.ones(self.num_workers, dtype=np.uint8)
         # send/recv bookkeeping: workers with a command out (those handed back by recv: _ready).
         self._inflight = np.zeros(self.num_workers, dtype=np.uint8)
-        self._envs_per_worker = np.subtract(self._pool.stops, self._pool.starts, dtype=np.int64)
+        self._envs_per_worker = [stop - start for start, stop in zip(self._pool.starts, self._pool.stops)]
+        self._envs_out = 0  # (the envs of the workers in _inflight)
         self._async_used = False  # set by send/async_reset; spares step() a check
         self._next_worker = 0  # where recv's round-robin scan starts
         if self._restarts is not None:
@@ -575,6 +576,7 @@ class FastVectorEnv(WorkerVectorEnv):
         """Start resetting every env; their first observations come from :meth:`recv` (EnvPool API)."""
         self.reset_async(seed=seed, options=options)
         self._inflight = self._pending.copy()
+        self._envs_out = sum(n for n, out in zip(self._envs_per_worker, self._inflight.tolist()) if out)
         self._async_used = True
         self._ready[:] = 0
         self._state = _DEFAULT
@@ -597,6 +599,7 @@ class FastVectorEnv(WorkerVectorEnv):
         for w in workers:
             self._inflight[w] = 1
             self._ready[w] = 0
+            self._envs_out += self._envs_per_worker[w]
         self._async_used = True
 
     def recv(self, timeout: float | None = None):
@@ -612,15 +615,15 @@ class FastVectorEnv(WorkerVectorEnv):
 
     def _recv(self, timeout: float | None):
         self._assert_is_running()
-        in_flight = int(self._envs_per_worker @ self._inflight)  # (envs)
-        if not in_flight:
+        if not self._envs_out:
             raise NoAsyncCallError("Calling `recv` with nothing sent: call `send` or `async_reset` first.", "recv")
-        want = min(self.batch_size, in_flight)
+        want = min(self.batch_size, self._envs_out)
         got, replies, infos_seen = self._pool.wait_some(self._inflight, want, self._next_worker, timeout)
         self._next_worker = got[-1] + 1 if got else self._next_worker
         for w in got:
             self._inflight[w] = 0
             self._ready[w] = 1
+            self._envs_out -= self._envs_per_worker[w]
         contiguous = len(got) == got[-1] - got[0] + 1
         if contiguous:
             env_ids = np.arange(self._starts[got[0]], self._stops[got[-1]])
@@ -653,6 +656,7 @@ class FastVectorEnv(WorkerVectorEnv):
             return
         self._pool.wait(self._inflight.copy(), timeout, caller)
         self._inflight[:] = 0
+        self._envs_out = 0
         self._ready[:] = 1
 
     # -- call / attributes (the rest: WorkerVectorEnv) ----------------------------------------
