@@ -157,7 +157,6 @@ def test_recv_without_send_and_timeout():
             env.recv(timeout=0.05)
 
 
-
 def test_recv_takes_what_is_in_flight_and_refuses_once_all_is_received():
     # batch_size=4 is two workers' envs: with one worker's out, recv returns those two;
     # once everything sent has come back, recv has nothing to wait for.
@@ -173,6 +172,7 @@ def test_recv_takes_what_is_in_flight_and_refuses_once_all_is_received():
             assert infos["env_id"].tolist() == sent
             with pytest.raises(NoAsyncCallError):
                 env.recv(timeout=2)
+
 
 @pytest.mark.parametrize("kwargs", [
     {"num_workers": 3, "batch_size": 2},  # 8 envs do not split over 3 workers
@@ -212,7 +212,6 @@ def _take_rows(actions, rows):
     if isinstance(actions, tuple):
         return tuple(_take_rows(value, rows) for value in actions)
     return actions[rows]
-
 
 
 class _EchoesAction(gym.Env):

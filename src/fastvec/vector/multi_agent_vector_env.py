@@ -249,7 +249,7 @@ class MultiAgentVectorEnv(VectorEnv):
         envs = np.asarray(infos["env_id"])
         first, last = int(envs[0]), int(envs[-1])
         if last - first + 1 == len(envs):  # (adjacent workers' envs, ascending as recv sorts them)
-            rows = np.arange(first * self.num_agents, (last + 1) * self.num_agents)
+            rows = np.arange(first * self.num_agents, (last + 1) * self.num_agents, dtype=np.int64)
         else:
             rows = self._rows_of(envs)
         self._remember_rows(rows, envs)
@@ -378,7 +378,7 @@ class MultiAgentVectorEnv(VectorEnv):
         rewards, terminated, truncated = infos["agent_rewards"], infos["agent_terminated"], infos["agent_truncated"]
         ended = infos.get("_final_obs")
         if ended is not None and ended.any():
-            # (copies: the infos' arrays may be shared with final_info's)
+            # (copies, written into below: the infos keep what the vector env built)
             rewards, terminated, truncated = rewards.copy(), terminated.copy(), truncated.copy()
             final = infos["final_info"]
             for key, out in (("agent_rewards", rewards), ("agent_terminated", terminated),
