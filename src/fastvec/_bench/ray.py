@@ -17,19 +17,16 @@ Skipped (by ``python -m fastvec.bench``) where Ray is not installed.
 """
 from __future__ import annotations
 
-import importlib
 import time
 
 import gymnasium as gym
 import numpy as np
 import ray
 
+from fastvec._bench import send_recv as _async_bench  # the async section's loops
 from fastvec.bench import fmt_rate, fmt_time, interleaved_rates, print_table
 from fastvec.ray import RayVectorEnv
 from fastvec.vector.fast_vector_env import FastVectorEnv
-
-# The async section's loops (its module name is a keyword: imported by name).
-_async_bench = importlib.import_module("fastvec._bench.async")
 
 
 class SleepEnv(gym.Env):
