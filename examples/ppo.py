@@ -557,8 +557,9 @@ class PPO:
 
 @contextlib.contextmanager
 def allow_host_sync(device: torch.device):
-    """Lift --sync-debug's "error" mode for a deliberate host sync (no-op off CUDA)."""
-    if device.type != "cuda":
+    """Lift --sync-debug's "error" mode for a deliberate host sync (no-op off CUDA or without it)."""
+    # (setting the mode at all makes torch warn that it is a prototype: only when it is on)
+    if device.type != "cuda" or torch.cuda.get_sync_debug_mode() == 0:
         yield
         return
     mode = torch.cuda.get_sync_debug_mode()

@@ -452,6 +452,21 @@ def test_cuda_100_steps_without_a_host_sync(exact, copy):
     assert int(env.elapsed_steps.max()) <= 500
 
 
+def test_host_sync_leaves_the_sync_debug_mode_alone_when_it_is_off(ppo, monkeypatch):
+    """Without --sync-debug, a CUDA run never sets the mode (torch warns each time it is set)."""
+    modes = {"now": 0}
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: modes["now"])
+    set_to = []
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda mode: set_to.append(mode))
+    with ppo.allow_host_sync(torch.device("cuda", 0)):
+        pass
+    assert set_to == []
+    modes["now"] = 2  # "error", as --sync-debug sets it: lifted for the sync, then restored
+    with ppo.allow_host_sync(torch.device("cuda", 0)):
+        pass
+    assert set_to == [0, 2]
+
+
 @needs_cuda
 @pytest.mark.parametrize("graphs", [False, True], ids=["eager", "cuda-graphs"])
 def test_cuda_rollout_and_update_without_a_host_sync(ppo, graphs):
@@ -500,3 +515,12 @@ def test_cuda_ppo_script_two_iterations(tmp_path, extra):
                           *_ppo_argv(*extra, n=1024, t=16)], capture_output=True, text=True, timeout=600,
                          cwd=tmp_path, env=dict(os.environ, PYTHONPATH=package_root()))
     assert out.returncode == 0, out.stderr
+
+
+@needs_cuda
+def test_cuda_ppo_script_warns_nothing_without_sync_debug(tmp_path):
+    out = subprocess.run([sys.executable, str(PPO_PATH), "--device", "cuda",
+                          *_ppo_argv(n=1024, t=16)], capture_output=True, text=True, timeout=600,
+                         cwd=tmp_path, env=dict(os.environ, PYTHONPATH=package_root()))
+    assert out.returncode == 0, out.stderr
+    assert "Warning" not in out.stderr, out.stderr
