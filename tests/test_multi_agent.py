@@ -13,6 +13,7 @@ import functools
 
 import numpy as np
 import pytest
+from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
 from fastvec import MultiAgentVectorEnv
@@ -178,6 +179,54 @@ def test_absent_rows_ignore_their_actions():
         _, _, terminated, truncated, _ = envs.step(actions)
         assert terminated.tolist()[2::3] == [True, True] and not truncated.any()
         assert envs.stats()["env_steps"] == [1, 1]  # (its FastVectorEnv's counters: envs, not rows)
+
+
+class _EndsOnFirstStep:
+    """Two agents, both gone after the first step, which ends each as ``ends`` says
+    ("terminated", "truncated" or "both")."""
+
+    possible_agents = ["a0", "a1"]
+    metadata = {"name": "ends"}
+
+    def __init__(self, ends):
+        self.ends = dict(zip(self.possible_agents, ends))
+        self.agents = []
+
+    def observation_space(self, agent):
+        return spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+    def action_space(self, agent):
+        return spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        self.agents = list(self.possible_agents)
+        return {a: np.zeros(2, np.float32) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        acting, self.agents = self.agents, []
+        return ({a: np.ones(2, np.float32) for a in acting}, {a: 1.5 for a in acting},
+                {a: self.ends[a] in ("terminated", "both") for a in acting},
+                {a: self.ends[a] in ("truncated", "both") for a in acting},
+                {a: {} for a in acting})
+
+
+@pytest.mark.parametrize("ends, flags", [
+    (("truncated", "truncated"), (False, True)),
+    (("terminated", "truncated"), (True, False)),
+    (("terminated", "terminated"), (True, False)),
+    (("both", "truncated"), (True, False)),
+])
+def test_an_env_ends_truncated_only_when_every_agent_that_reported_was_truncated(ends, flags):
+    from fastvec.vector._agent_rows import AgentRows
+
+    env = AgentRows(functools.partial(_EndsOnFirstStep, ends))
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, infos = env.step(np.zeros(2, np.int64))
+    assert (terminated, truncated) == flags
+    assert reward == 3.0 and obs.tolist() == [[1.0, 1.0], [1.0, 1.0]]
+    assert infos["agent_terminated"].tolist() == [e in ("terminated", "both") for e in ends]
+    assert infos["agent_truncated"].tolist() == [e in ("truncated", "both") for e in ends]
+    assert infos["agent_mask"].tolist() == [True, True] and infos["agent_rewards"].tolist() == [1.5, 1.5]
 
 
 def test_seeds_follow_seed_plus_i_whatever_the_workers():
