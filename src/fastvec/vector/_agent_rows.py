@@ -177,9 +177,9 @@ class AgentRows(gym.Env):
         self.metadata = dict(getattr(env, "metadata", None) or {})
         self.render_mode = getattr(env, "render_mode", None)
         self._index = {agent: i for i, agent in enumerate(self.possible_agents)}
-        # An observation leaf of every agent's own shape (no padding) is written straight
-        # into its row: the worker's per-step work shows in the step rate of envs of tens of
-        # µs of Python per agent (multiwalker, pistonball)
+        # Agents that all share one array observation space: each observation is assigned
+        # to its row as it is, without _write_rows' per-leaf pass (this runs in the workers
+        # on every step, between two env steps of the same worker)
         self._plain_rows = all(env.observation_space(agent) == self.agent_observation_space
                                for agent in self.possible_agents) and \
             not isinstance(self.agent_observation_space, (gym.spaces.Dict, gym.spaces.Tuple))
