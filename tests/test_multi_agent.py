@@ -229,6 +229,67 @@ def test_an_env_ends_truncated_only_when_every_agent_that_reported_was_truncated
     assert infos["agent_mask"].tolist() == [True, True] and infos["agent_rewards"].tolist() == [1.5, 1.5]
 
 
+def test_observations_are_written_into_the_row_handed_over_except_on_a_step_that_ends():
+    from fastvec.vector._agent_rows import AgentRows
+
+    env = AgentRows(Arena)
+    row = np.full((3, 3), 7.0, np.float32)
+    env.use_observation_row(row)
+    obs, _ = env.reset(seed=3)
+    assert obs is row and row[2].tolist() == [0.0, 0.0, 0.0]  # (a2 absent: zeros)
+    for t in range(1, 9):
+        before = row.copy()
+        obs, _, terminated, truncated, infos = env.step(np.zeros(3, np.int64))
+        if terminated or truncated:  # (its own array: SAME_STEP's final_obs outlives the reset)
+            assert obs is not row and np.array_equal(row, before) and obs[infos["agent_mask"]].any()
+            break
+        assert obs is row
+    else:
+        raise AssertionError("Arena ends by step 8")
+    with pytest.raises(AssertionError):  # (a row of another shape is not used)
+        other = np.zeros((3, 4), np.float32)
+        env.use_observation_row(other)
+        assert env.reset(seed=3)[0] is other
+
+
+class _FailsOnceAtStep3(Arena):
+    """Arena whose third step raises, the first time any env of its process gets there."""
+
+    failed = False
+
+    def step(self, actions):
+        if self.t == 2 and not _FailsOnceAtStep3.failed:
+            _FailsOnceAtStep3.failed = True
+            raise RuntimeError("boom at step 3")
+        return super().step(actions)
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.SAME_STEP, AutoresetMode.NEXT_STEP], ids=["SameStep", "NextStep"])
+def test_a_restarted_env_reports_its_last_observation(mode):
+    """env_failure="restart": the rows of an env rebuilt after its step raised carry its last
+    observation (SAME_STEP: in final_obs, the new env's first one in the rows)."""
+    with MultiAgentVectorEnv([_FailsOnceAtStep3] * 2, num_workers=1, autoreset_mode=mode,
+                             env_failure="restart") as envs:
+        envs.reset(seed=0)
+        actions = np.zeros(6, np.int64)
+        envs.step(actions)
+        last, *_, last_infos = envs.step(actions)
+        present = last_infos["agent_mask"][:3]
+        assert present.all()  # (a2 has spawned)
+        obs, rewards, terminated, truncated, infos = envs.step(actions)
+        assert infos["_env_restarted"].tolist() == [True] * 3 + [False] * 3
+        assert truncated[:3].tolist() == present.tolist() and not terminated[:3].any()
+        assert rewards[:3].tolist() == [0.0] * 3 and rewards[3:].all()
+        if mode == AutoresetMode.SAME_STEP:
+            assert infos["_final_obs"].tolist() == [True] * 3 + [False] * 3
+            assert np.array_equal(np.stack(infos["final_obs"][:3]), last[:3])
+            assert not np.array_equal(obs[:3], last[:3])  # (the new env's first observation)
+            assert infos["agent_mask"][:3].tolist() == [True, True, False]  # (its reset: a2 not yet)
+        else:
+            assert np.array_equal(obs[:3], last[:3]) and infos["agent_mask"][:3].tolist() == present.tolist()
+            assert envs.agent_mask[:3].tolist() == present.tolist()
+
+
 def test_seeds_follow_seed_plus_i_whatever_the_workers():
     outs = []
     for workers in (1, 2, 3):

@@ -190,9 +190,25 @@ class AgentRows(gym.Env):
         self._buffers = [create_empty_array(self.agent_observation_space, self.num_agents, fn=np.zeros)
                          for _ in range(2)]
         self._turn = 0
+        self._row: np.ndarray | None = None  # (the env's row of the shared block: use_observation_row)
+        self._last = self._buffers[0]  # the array the last observation was written to
         self._absent_obs = create_empty_array(self.agent_observation_space, 1, fn=np.zeros)
         if isinstance(self.agent_observation_space, gym.spaces.Dict) and "action_mask" in self.agent_observation_space.spaces:
             self._absent_obs["action_mask"][...] = 1  # (never all False: a policy can still sample)
+
+    def use_observation_row(self, row: np.ndarray) -> None:
+        """Write the observations of steps that do not end the episode, and of resets,
+        straight into ``row`` (this env's row of the vector env's shared block, which the
+        worker hands over) and return it, instead of stacking them into an array of its own
+        that the worker then copies there. A step that ends the episode still stacks into its
+        own arrays: with SAME_STEP its observation is the ``final_obs`` that must outlive the
+        reset that follows. Ignored (the row is not used) unless the agents share one array
+        observation space and ``row`` is a writeable C-contiguous array of the stacked shape
+        and dtype."""
+        batch = self._buffers[0]
+        if (self._plain_rows and isinstance(row, np.ndarray) and row.shape == batch.shape
+                and row.dtype == batch.dtype and row.flags.c_contiguous and row.flags.writeable):
+            self._row = row
 
     # -- the Gymnasium API ------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -225,10 +241,10 @@ class AgentRows(gym.Env):
             all_ended = all_ended and (term or trunc)
             all_truncated = all_truncated and trunc
             any_terminated = any_terminated or term
-        self._fill(observations, present)
         # Done once no agent is left or every agent that reported has ended; a truncation
         # when each of those was truncated and none terminated.
         done = not self.env.agents or all_ended
+        self._fill(observations, present, into_row=not done)
         env_truncated = done and bool(observations) and all_truncated and not any_terminated
         infos = self._infos(reward_rows, terminated, truncated, present)
         return (self._observation(), float(infos["agent_rewards"].sum()), done and not env_truncated, env_truncated,
@@ -241,15 +257,20 @@ class AgentRows(gym.Env):
         self.env.close()
 
     # -- rows ---------------------------------------------------------------------------------
-    def _fill(self, observations: dict, present: list[bool] | None = None) -> list[bool]:
-        """Write each agent's observation into its row (absent rows: the absent observation);
-        ``present`` (computed here if not given): which agents reported one."""
+    def _fill(self, observations: dict, present: list[bool] | None = None, into_row: bool = True) -> list[bool]:
+        """Write each agent's observation into its row (absent rows: the absent observation),
+        in the shared block's row where ``into_row`` and :meth:`use_observation_row` gave one,
+        else in the next of its own two arrays; ``present`` (computed here if not given):
+        which agents reported one."""
         if present is None:
             present = [False] * self.num_agents
             for agent in observations:
                 present[self._index[agent]] = True
-        self._turn ^= 1
-        batch = self._buffers[self._turn]
+        if into_row and self._row is not None:
+            self._last = batch = self._row
+        else:
+            self._turn ^= 1
+            self._last = batch = self._buffers[self._turn]
         if self._plain_rows:
             index = self._index
             for agent, value in observations.items():
@@ -261,7 +282,7 @@ class AgentRows(gym.Env):
         return present
 
     def _observation(self):
-        return self._buffers[self._turn]
+        return self._last
 
     def _action_of(self, action, i: int):
         if isinstance(action, dict):

@@ -31,5 +31,9 @@ cdef inline bint fits_row(object item, cnp.ndarray out) noexcept:
 
 
 cdef inline void copy_row(object item, cnp.ndarray out, Py_ssize_t i, Py_ssize_t nbytes) noexcept:
-    """Row ``i`` of ``out`` = ``item`` (which ``fits_row``), ``nbytes`` = ``row_bytes(out)``."""
-    memcpy(<char *>cnp.PyArray_DATA(out) + i * nbytes, cnp.PyArray_DATA(<cnp.ndarray>item), nbytes)
+    """Row ``i`` of ``out`` = ``item`` (which ``fits_row``), ``nbytes`` = ``row_bytes(out)``.
+    Nothing to do when ``item`` is that row (an env that wrote its observation there)."""
+    cdef char *row = <char *>cnp.PyArray_DATA(out) + i * nbytes
+    cdef char *src = <char *>cnp.PyArray_DATA(<cnp.ndarray>item)
+    if src != row:
+        memcpy(row, src, nbytes)

@@ -116,6 +116,9 @@ class _Worker:
         # (single-leaf observations are copied into the slab by the loop itself)
         leaf_obs = (self.obs_slabs[0] if obs_layout is not None and obs_layout.is_leaf
                     and not obs_layout.has_objects else None)
+        self._leaf_obs = leaf_obs
+        for j in range(len(envs)):
+            self._hand_row(j)
         current = self.ctrl[index, Word.CURRENT_ENV:Word.CURRENT_ENV + 1]
         self.env_loop = EnvLoop(envs, first, AUTORESET_CODES[autoreset_mode], self.rewards, self.terminations,
                                 self.truncations, self.last_obs, self.autoreset, self.infos.kernel, leaf_obs,
@@ -218,6 +221,14 @@ class _Worker:
         self.current_env = None
         return Status.OK, None
 
+    def _hand_row(self, j: int) -> None:
+        """Give env ``j`` its row of the observation slab, if it writes its observations
+        there itself (``use_observation_row``: MultiAgentVectorEnv's AgentRows, which would
+        otherwise stack its agents' observations into an array of its own, then copied here)."""
+        use_row = getattr(self.envs[j], "use_observation_row", None)
+        if self._leaf_obs is not None and use_row is not None:
+            use_row(self._leaf_obs[j])
+
     def rebuild_env(self, j: int, exc: Exception) -> tuple:
         """Env ``j`` raised ``exc`` during a step (FastVectorEnv's ``env_failure="restart"``):
         build it again and return what it contributes to the step instead (the env loop's
@@ -233,6 +244,8 @@ class _Worker:
         self.terminations[j] = False
         self.truncations[j] = True
         last = self.last_obs[j]
+        if isinstance(last, np.ndarray):
+            last = last.copy()  # (it may be the env's row, which the new env's reset writes)
         if self.autoreset_mode == AutoresetMode.SAME_STEP:
             obs, info = self.envs[j].reset(seed=seed)
             if self.env_counts is not None:
@@ -262,6 +275,7 @@ class _Worker:
         except BaseException:
             self.rebuild_failed = True  # (reported as such: the caller does not retry it)
             raise
+        self._hand_row(j)
         restart = self.restart
         restart.counts[j] += 1
         return derived_seed(restart.seeds[j], restart.counts[j]), {"env_restarted": True, "env_error": text}

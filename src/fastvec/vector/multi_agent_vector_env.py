@@ -181,7 +181,7 @@ class MultiAgentVectorEnv(VectorEnv):
         obs, infos = self._envs.reset(seed=self._env_seeds(seed), options=options)
         self.agent_mask = infos["agent_mask"].reshape(-1).copy()
         self._ready_envs[:] = True
-        return self._rows(obs), self._row_infos(infos)
+        return self._rows(obs), self._row_infos(infos, infos["agent_mask"])
 
     def step(self, actions):
         """Step every env with its agents' actions (one row each; absent agents' ignored);
@@ -194,11 +194,11 @@ class MultiAgentVectorEnv(VectorEnv):
         if self.batch_size < self.num_parallel_envs:
             raise RuntimeError(f"this MultiAgentVectorEnv has batch_size={self.batch_size} < "
                                f"{self.num_parallel_envs} envs: step it with send(actions, env_ids) / recv()")
-        obs, _, _, _, infos = self._envs.step(self._per_env(actions))
-        rewards, terminated, truncated = self._agent_results(infos)
-        self.agent_mask = infos["agent_mask"].reshape(-1).copy()
+        obs, _, _, env_truncated, infos = self._envs.step(self._per_env(actions))
+        rewards, terminated, truncated, mask = self._agent_results(infos, env_truncated, self.agent_mask)
+        self.agent_mask = mask.reshape(-1).copy()
         return (self._rows(obs), rewards.reshape(-1), terminated.reshape(-1), truncated.reshape(-1),
-                self._row_infos(infos))
+                self._row_infos(infos, mask))
 
     # -- async: send / recv (EnvPool style) -------------------------------------------------
     def async_reset(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
@@ -245,7 +245,7 @@ class MultiAgentVectorEnv(VectorEnv):
         is absent. Raises ``TimeoutError`` after ``timeout`` seconds, and gymnasium's
         ``NoAsyncCallError`` with nothing sent.
         """
-        obs, _, _, _, infos = self._envs.recv(timeout)
+        obs, _, _, env_truncated, infos = self._envs.recv(timeout)
         envs = np.asarray(infos["env_id"])
         first, last = int(envs[0]), int(envs[-1])
         if last - first + 1 == len(envs):  # (adjacent workers' envs, ascending as recv sorts them)
@@ -253,10 +253,10 @@ class MultiAgentVectorEnv(VectorEnv):
         else:
             rows = self._rows_of(envs)
         self._remember_rows(rows, envs)
-        rewards, terminated, truncated = self._agent_results(infos)
-        self.agent_mask[rows] = infos["agent_mask"].reshape(-1)
+        rewards, terminated, truncated, mask = self._agent_results(infos, env_truncated, self.agent_mask[rows])
+        self.agent_mask[rows] = mask.reshape(-1)
         self._ready_envs[envs] = True
-        row_infos = self._row_infos(infos, rows)
+        row_infos = self._row_infos(infos, mask, rows)
         row_infos["env_id"] = rows
         return self._rows(obs), rewards.reshape(-1), terminated.reshape(-1), truncated.reshape(-1), row_infos
 
@@ -371,28 +371,55 @@ class MultiAgentVectorEnv(VectorEnv):
                 )
         return actions.reshape(count // self.num_agents, self.num_agents, *actions.shape[1:])
 
-    @staticmethod
-    def _agent_results(infos: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The (envs, agents) rewards, terminations and truncations of a step's infos; with
-        SAME_STEP, an env that ended has come back reset, and its step's are in final_info."""
+    def _agent_results(self, infos: dict, env_truncated: np.ndarray,
+                       mask_before: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The (envs, agents) rewards, terminations, truncations and agent mask of a step's
+        infos; ``env_truncated``: the vector env's flags, ``mask_before``: the rows' mask
+        before the step. With SAME_STEP, an env that ended has come back reset, and its
+        step's are in final_info. An env rebuilt after its step failed
+        (``env_failure="restart"``: it comes back truncated) reports reward 0 and every agent
+        that was present truncated (the others absent, as before); with NEXT_STEP or DISABLED
+        its rows keep its last observation, and so its mask. (One rebuilt in a reset comes
+        back as any reset does.)"""
         rewards, terminated, truncated = infos["agent_rewards"], infos["agent_terminated"], infos["agent_truncated"]
+        mask = infos["agent_mask"]
         ended = infos.get("_final_obs")
-        if ended is not None and ended.any():
-            # (copies, written into below: the infos keep what the vector env built)
-            rewards, terminated, truncated = rewards.copy(), terminated.copy(), truncated.copy()
-            final = infos["final_info"]
-            for key, out in (("agent_rewards", rewards), ("agent_terminated", terminated),
-                             ("agent_truncated", truncated)):
-                out[ended] = final[key][ended]
-        return rewards, terminated, truncated
+        if ended is not None and not ended.any():
+            ended = None
+        restarted = infos.get("_env_restarted")
+        if restarted is not None:
+            restarted = restarted & env_truncated  # (in a step, not a reset)
+            if not restarted.any():
+                restarted = None
+        if ended is None and restarted is None:
+            return rewards, terminated, truncated, mask
+        # (copies, written into below: the infos keep what the vector env built)
+        rewards, terminated, truncated = rewards.copy(), terminated.copy(), truncated.copy()
+        if ended is not None:
+            ended_here = ended if restarted is None else ended & ~restarted  # (a rebuilt env's final_info has none)
+            if ended_here.any():
+                final = infos["final_info"]
+                for key, out in (("agent_rewards", rewards), ("agent_terminated", terminated),
+                                 ("agent_truncated", truncated)):
+                    out[ended_here] = final[key][ended_here]
+        if restarted is not None:
+            before = mask_before.reshape(-1, self.num_agents)[restarted]
+            rewards[restarted] = 0.0
+            terminated[restarted] = ~before
+            truncated[restarted] = before
+            if self.autoreset_mode != AutoresetMode.SAME_STEP:
+                mask = mask.copy()
+                mask[restarted] = before
+        return rewards, terminated, truncated, mask
 
-    def _row_infos(self, infos: dict, rows: np.ndarray | None = None) -> dict:
-        """The infos of the envs of ``rows`` (default: every row) by row: the per-agent arrays
-        reshaped; ``final_obs`` split into its agents' rows (SAME_STEP)."""
+    def _row_infos(self, infos: dict, mask: np.ndarray, rows: np.ndarray | None = None) -> dict:
+        """The infos of the envs of ``rows`` (default: every row) by row: ``mask`` (the
+        (envs, agents) agent mask) and the per-agent arrays reshaped; ``final_obs`` split into
+        its agents' rows (SAME_STEP)."""
         count = self.num_envs if rows is None else len(rows)
         # (the infos' arrays are this call's own: agent_mask goes out as it is, and the
         # attribute keeps a copy)
-        out: dict[str, Any] = {"agent_mask": infos["agent_mask"].reshape(-1),
+        out: dict[str, Any] = {"agent_mask": mask.reshape(-1),
                                "_agent_mask": self._all_true[:count].copy()}
         if self.action_mask is not None:
             out["action_mask"] = self.action_mask.copy() if rows is None else self.action_mask[rows]
