@@ -12,7 +12,9 @@ def _ray():
     except ImportError:
         raise NotImplementedError("Ray is not installed: pip install '.[ray]'") from None
     if not ray.is_initialized():
-        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        # "local": a new Ray of its own, even where another Ray (or a stale
+        # /tmp/ray/ray_current_cluster left by a killed one) would otherwise be joined.
+        ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
     return ray
 
 

@@ -39,7 +39,9 @@ def local_ray():
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
+    # "local": a new Ray of its own, even where another Ray (or a stale
+    # /tmp/ray/ray_current_cluster left by a killed one) would otherwise be joined.
+    ray.init(address="local", num_cpus=3, include_dashboard=False, log_to_driver=False)
     try:
         yield
     finally:

@@ -23,7 +23,9 @@ import fastvec.integrations.rllib as rllib  # noqa: E402
 @pytest.fixture(scope="module")
 def local_ray():
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # "local": a new Ray of its own, even where another Ray (or a stale
+    # /tmp/ray/ray_current_cluster left by a killed one) would otherwise be joined.
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         yield
     finally:

@@ -77,7 +77,9 @@ def test_gym_wrapper_over_ray_vector_env_equals_sync():
 
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        # "local": a new Ray of its own, even where another Ray (or a stale
+        # /tmp/ray/ray_current_cluster left by a killed one) would otherwise be joined.
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         ref = _rollout(SyncVectorEnv(FNS, autoreset_mode=DISABLED))
         out = _rollout(RayVectorEnv(FNS, num_shards=2, shard_options={"num_cpus": 0}, autoreset_mode=DISABLED))

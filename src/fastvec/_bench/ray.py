@@ -144,7 +144,9 @@ def scaling(quick: bool, per_shard: int = 4) -> list[dict]:
 def run(quick: bool = False) -> None:
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        # "local": a new Ray of its own, even where another Ray (or a stale
+        # /tmp/ray/ray_current_cluster left by a killed one) would otherwise be joined.
+        ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         times = overhead(quick)
         extra = times["ray"] - times["local"]
