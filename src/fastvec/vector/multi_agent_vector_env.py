@@ -195,7 +195,7 @@ class MultiAgentVectorEnv(VectorEnv):
             raise RuntimeError(f"this MultiAgentVectorEnv has batch_size={self.batch_size} < "
                                f"{self.num_parallel_envs} envs: step it with send(actions, env_ids) / recv()")
         obs, _, _, env_truncated, infos = self._envs.step(self._per_env(actions))
-        rewards, terminated, truncated, mask = self._agent_results(infos, env_truncated, self.agent_mask)
+        rewards, terminated, truncated, mask = self._agent_results(infos, env_truncated)
         self.agent_mask = mask.reshape(-1).copy()
         return (self._rows(obs), rewards.reshape(-1), terminated.reshape(-1), truncated.reshape(-1),
                 self._row_infos(infos, mask))
@@ -253,7 +253,7 @@ class MultiAgentVectorEnv(VectorEnv):
         else:
             rows = self._rows_of(envs)
         self._remember_rows(rows, envs)
-        rewards, terminated, truncated, mask = self._agent_results(infos, env_truncated, self.agent_mask[rows])
+        rewards, terminated, truncated, mask = self._agent_results(infos, env_truncated, rows)
         self.agent_mask[rows] = mask.reshape(-1)
         self._ready_envs[envs] = True
         row_infos = self._row_infos(infos, mask, rows)
@@ -372,15 +372,15 @@ class MultiAgentVectorEnv(VectorEnv):
         return actions.reshape(count // self.num_agents, self.num_agents, *actions.shape[1:])
 
     def _agent_results(self, infos: dict, env_truncated: np.ndarray,
-                       mask_before: np.ndarray) -> tuple[np.ndarray, ...]:
+                       rows: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
         """The (envs, agents) rewards, terminations, truncations and agent mask of a step's
-        infos; ``env_truncated``: the vector env's flags, ``mask_before``: the rows' mask
-        before the step. With SAME_STEP, an env that ended has come back reset, and its
-        step's are in final_info. An env rebuilt after its step failed
-        (``env_failure="restart"``: it comes back truncated) reports reward 0 and every agent
-        that was present truncated (the others absent, as before); with NEXT_STEP or DISABLED
-        its rows keep its last observation, and so its mask. (One rebuilt in a reset comes
-        back as any reset does.)"""
+        infos, for the envs of ``rows`` (default: every row), whose :attr:`agent_mask` is still
+        the one from before the step; ``env_truncated``: the vector env's flags. With
+        SAME_STEP, an env that ended has come back reset, and its step's are in final_info. An
+        env rebuilt after its step failed (``env_failure="restart"``: it comes back truncated)
+        reports reward 0 and every agent that was present truncated (the others absent, as
+        before); with NEXT_STEP or DISABLED its rows keep its last observation, and so its
+        mask. (One rebuilt in a reset comes back as any reset does.)"""
         rewards, terminated, truncated = infos["agent_rewards"], infos["agent_terminated"], infos["agent_truncated"]
         mask = infos["agent_mask"]
         ended = infos.get("_final_obs")
@@ -403,6 +403,7 @@ class MultiAgentVectorEnv(VectorEnv):
                                  ("agent_truncated", truncated)):
                     out[ended_here] = final[key][ended_here]
         if restarted is not None:
+            mask_before = self.agent_mask if rows is None else self.agent_mask[rows]
             before = mask_before.reshape(-1, self.num_agents)[restarted]
             rewards[restarted] = 0.0
             terminated[restarted] = ~before
