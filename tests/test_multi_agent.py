@@ -290,6 +290,33 @@ def test_a_restarted_env_reports_its_last_observation(mode):
             assert envs.agent_mask[:3].tolist() == present.tolist()
 
 
+@pytest.mark.parametrize("mode", [AutoresetMode.SAME_STEP, AutoresetMode.NEXT_STEP], ids=["SameStep", "NextStep"])
+def test_a_restarted_env_reports_through_recv_as_through_step(mode):
+    """The same through send/recv, one env per recv (each worker's env fails once): the
+    agents present before the failed step come from the rows that recv hands back."""
+    with MultiAgentVectorEnv([_FailsOnceAtStep3] * 2, num_workers=2, batch_size=1, autoreset_mode=mode,
+                             env_failure="restart") as envs:
+        envs.async_reset(seed=0)
+        present, restarted = {}, []
+        for _ in range(20):
+            obs, rewards, terminated, truncated, infos = envs.recv()
+            env = int(infos["env_id"][0]) // 3
+            if "_env_restarted" in infos and infos["_env_restarted"].any():
+                before = present[env]
+                assert before.any()
+                assert truncated.tolist() == before.tolist() and not terminated.any()
+                assert rewards.tolist() == [0.0] * 3
+                after = [True, True, False] if mode == AutoresetMode.SAME_STEP else before.tolist()
+                assert infos["agent_mask"].tolist() == after
+                assert envs.agent_mask[infos["env_id"]].tolist() == after
+                restarted.append(env)
+            present[env] = infos["agent_mask"].copy()
+            envs.send(np.zeros(3, np.int64))
+            if len(restarted) == 2:
+                break
+    assert sorted(restarted) == [0, 1]
+
+
 def test_seeds_follow_seed_plus_i_whatever_the_workers():
     outs = []
     for workers in (1, 2, 3):

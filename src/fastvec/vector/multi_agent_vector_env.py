@@ -381,8 +381,13 @@ class MultiAgentVectorEnv(VectorEnv):
         reports reward 0 and every agent that was present truncated (the others absent, as
         before); with NEXT_STEP or DISABLED its rows keep its last observation, and so its
         mask. (One rebuilt in a reset comes back as any reset does.)"""
-        rewards, terminated, truncated = infos["agent_rewards"], infos["agent_terminated"], infos["agent_truncated"]
-        mask = infos["agent_mask"]
+        if "agent_rewards" in infos:
+            rewards, terminated, truncated = infos["agent_rewards"], infos["agent_terminated"], infos["agent_truncated"]
+            mask = infos["agent_mask"]
+        else:  # (every env here was rebuilt after its step raised, NEXT_STEP or DISABLED: none reported)
+            shape = (len(env_truncated), self.num_agents)
+            rewards = np.zeros(shape)
+            terminated, truncated, mask = np.zeros(shape, bool), np.zeros(shape, bool), np.zeros(shape, bool)
         ended = infos.get("_final_obs")
         if ended is not None and not ended.any():
             ended = None
