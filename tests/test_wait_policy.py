@@ -362,11 +362,11 @@ def test_idle_openmp_threads_of_a_trainer_that_seldom_runs_parallel_regions_are_
         for _ in range(8):
             env.step(actions)
         # (an op's pool threads do not spin after every op, nor after every step: on a 2-vCPU
-        # VM, in 0 to 4 of 4 tries either way. The largest of ten tries, each followed by two
-        # steps without an op, so that ops stay "now and then")
+        # VM, in 0 to 4 of 4 tries either way. The largest of ten tries, each followed by three
+        # steps without an op, so that ops stay "now and then": with two, parking turned on)
         spin_without_step = max((_parallel_op(), _openmp_threads_busy(2e-3))[1] for _ in range(10))
         spin_after_step = max((_parallel_op(), env.step(actions), _openmp_threads_busy(2e-3), env.step(actions),
-                               env.step(actions))[2] for _ in range(10))
+                               env.step(actions), env.step(actions))[2] for _ in range(10))
         if release:
             assert not env._pool.openmp.parking
     if spin_without_step < 0.5e-3:
