@@ -355,9 +355,11 @@ def _take(obs, rows: slice):
 def _send_recv_against_reference(make, n, mode, steps, dict_obs, sample, **kwargs):
     """Step MultiAgentVectorEnv with send/recv (two workers, one worker's envs per recv) and a
     reference per env side by side: whichever envs a recv hands back, each env's rows must be
-    the next ones of its own reference, on its own seed and actions. Returns (absent rows seen,
-    final observations seen)."""
+    the next ones of its own reference, on its own seed and actions. ``sample(rng, k)`` draws
+    k rows' actions; each env has its own generator, so that its episodes do not depend on the
+    order in which recv hands the envs back. Returns (absent rows seen, final observations seen)."""
     refs = [Reference(make, 1, mode) for _ in range(n)]
+    rngs = [np.random.default_rng(e) for e in range(n)]
     A = len(refs[0].agents)
     seen_absent = seen_final = 0
     with MultiAgentVectorEnv([make] * n, num_workers=2, batch_size=n // 2, autoreset_mode=mode, **kwargs) as envs:
@@ -390,8 +392,9 @@ def _send_recv_against_reference(make, n, mode, steps, dict_obs, sample, **kwarg
                         _assert_obs(_stack([infos["final_obs"][k * A + i]], dict_obs), [last], dict_obs,
                                     f"{where} final {i}")
                     seen_final += len(final_obs)
-            actions = sample(len(ids))
-            for k, e in enumerate((ids[::A] // A).tolist()):
+            envs_stepped = (ids[::A] // A).tolist()
+            actions = np.concatenate([sample(rngs[e], A) for e in envs_stepped])
+            for k, e in enumerate(envs_stepped):
                 expected[e] = refs[e].step(actions[k * A:(k + 1) * A])
                 stepped[e] += 1
             envs.send(actions, ids)
@@ -403,18 +406,16 @@ def _send_recv_against_reference(make, n, mode, steps, dict_obs, sample, **kwarg
 def test_send_recv_rows_equal_the_reference_loop(mode, dict_obs):
     """send/recv with batch_size = one worker's envs: each worker's envs step on their own,
     and every env's rows are still its reference's, spawns, deaths and autoresets included."""
-    rng = np.random.default_rng(5)
     absent, final = _send_recv_against_reference(functools.partial(Arena, dict_obs=dict_obs), 4, mode, 25,
-                                                  dict_obs, lambda k: rng.integers(0, 3, k))
+                                                  dict_obs, lambda rng, k: rng.integers(0, 3, k))
     assert absent > 0
     assert final > 0 or mode is AutoresetMode.NEXT_STEP
 
 
 def test_send_recv_knights_archers_zombies_rows_equal_the_reference_loop():
     module = pytest.importorskip("pettingzoo.butterfly.knights_archers_zombies_v11")
-    rng = np.random.default_rng(1)
     absent, _ = _send_recv_against_reference(module.parallel_env, 4, AutoresetMode.NEXT_STEP, 200, False,
-                                             lambda k: rng.integers(0, 6, k))
+                                             lambda rng, k: rng.integers(0, 6, k))
     assert absent > 0  # (agents killed by zombies)
 
 
