@@ -185,8 +185,8 @@ def test_the_live_monitor_stops_when_the_job_closes_its_vector_env_or_ends():
         try:
             assert job.stdout.readline().strip() == "stepped"
             monitor = subprocess.Popen([sys.executable, "-m", "fastvec.monitor", str(job.pid), "--json",
-                                        "--interval", "0.05"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                       text=True)
+                                        "--interval", "0.05", "--grace", "0.2"], stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True)
             assert json.loads(monitor.stdout.readline())[0]["totals"]["steps"] == 5  # (live, attached)
             job.stdin.write("go\n")
             job.stdin.flush()
@@ -204,11 +204,12 @@ def test_the_live_monitor_stops_when_the_job_closes_its_vector_env_or_ends():
 
 
 _TWO_ENVS_JOB = """
-import sys, numpy as np
+import sys, time, numpy as np
 from fastvec import FastVectorEnv
 sys.path.insert(0, {tests!r})
 from toy_envs import ToyEnv
 for steps in (5, 7):  # (a run, then another in a new vector env, as after an evaluation)
+    time.sleep(0.0 if steps == 5 else 0.5)  # (some work with no vector env open in between)
     with FastVectorEnv([lambda: ToyEnv(info_prob=0.0)] * 2, 1) as envs:
         envs.reset(seed=0)
         for _ in range(steps):
@@ -261,6 +262,7 @@ def test_monitor_refuses_a_process_without_fastvec_or_no_process_clearly():
     with pytest.raises(ValueError, match="positive int"):
         attach(-3)
     assert _monitor(os.getpid(), "--interval", "0").returncode == 2
+    assert _monitor(os.getpid(), "--grace", "-1").returncode == 2
 
 
 def test_monitor_refuses_another_users_process_clearly():

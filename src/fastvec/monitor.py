@@ -9,8 +9,9 @@ utilisation, step-time percentiles, pipe traffic and restarts, each env's steps,
 restarts, and advice. It writes
 nothing and holds no lock: the job runs on as if it were not there, and goes on when the
 monitor stops. It follows the process's vector envs as they come and go (one closed, another
-made: an evaluation env, a new run), and stops by itself when the process ends or has none
-left.
+made: an evaluation env, a new run), and stops by itself when the process ends, or when it has
+had no vector env for ``--grace`` seconds (default 5: the gap between closing one vector env
+and making the next is shorter).
 
     python -m fastvec.monitor 12345                   # live, refreshed every second (rich: the
                                                       # `monitor` extra; else plain text)
@@ -133,13 +134,15 @@ def attach(pid: int, skip: Sequence[AttachedBlock] = ()) -> list[AttachedBlock]:
 
 def job_runs(pid: int, blocks: Sequence[AttachedBlock]) -> bool:
     """Whether process ``pid`` still runs (not a zombie) and one of its ``blocks`` is in use."""
+    return _process_runs(pid) and any(block.in_use for block in blocks)
+
+
+def _process_runs(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as stat:
-            if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
-                return False
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
-    return any(block.in_use for block in blocks)
 
 
 def _follow(pid: int, blocks: list[AttachedBlock]) -> list[AttachedBlock]:
@@ -307,9 +310,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print readings as JSON (one line each)")
     parser.add_argument("--plain", action="store_true", help="plain text, even where rich is installed")
     parser.add_argument("--png", metavar="PATH", help="draw one reading into a PNG image (needs rich and Pillow)")
+    parser.add_argument("--grace", type=float, default=5.0,
+                        help="seconds to wait for a new vector env once the process has none open, before "
+                             "stopping (default 5)")
     args = parser.parse_args(argv)
     if args.interval <= 0:
         parser.error(f"--interval must be > 0, got {args.interval}")
+    if args.grace < 0:
+        parser.error(f"--grace must be >= 0, got {args.grace}")
     try:
         blocks = attach(args.pid)
     except (ProcessLookupError, PermissionError, LookupError, ValueError) as error:
@@ -332,13 +340,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print("(pip install 'fastvec[monitor]' for the live view; plain text here)", file=sys.stderr)
             else:
                 live = Live(refresh_per_second=4)
+        none_open_since = None
         with live if live is not None else contextlib.nullcontext():
             while True:
                 blocks = _follow(args.pid, blocks)
                 live_blocks = [block for block in blocks if block.in_use]
                 if not job_runs(args.pid, live_blocks):
-                    print(f"fastvec.monitor: process {args.pid} ended, or closed its vector envs", file=sys.stderr)
-                    return 0
+                    # (A job that closes one vector env and makes the next, for an evaluation or a
+                    # new run, has none open for a moment: only a longer gap means it has finished.)
+                    now = time.monotonic()
+                    none_open_since = now if none_open_since is None else none_open_since
+                    if not _process_runs(args.pid) or now - none_open_since >= args.grace:
+                        print(f"fastvec.monitor: process {args.pid} ended, or closed its vector envs",
+                              file=sys.stderr)
+                        return 0
+                    time.sleep(min(args.interval, 0.1))
+                    continue
+                none_open_since = None
                 current = readings(live_blocks, args.interval)
                 if live is not None:
                     live.update(rich_view(current))
