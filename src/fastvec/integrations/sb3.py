@@ -195,7 +195,9 @@ class SB3VecEnv(VecEnv):
         self._episode_lengths += 1
         proto = _INFO_PROTO
         sb3_infos: list[dict[str, Any]] = [proto.copy() for _ in range(self.num_envs)]
-        any_done = np.count_nonzero(dones) > 0  # (ndarray.any is ~10x slower on small arrays)
+        # (ndarray.any and np.flatnonzero are several times slower than these on small arrays)
+        done_idx = dones.nonzero()[0].tolist()
+        any_done = bool(done_idx)
 
         if self._same_step:
             if infos:
@@ -214,27 +216,26 @@ class SB3VecEnv(VecEnv):
                         sb3_infos[i]["TimeLimit.truncated"] = False
                 if any_done:
                     if final_obs is None:
-                        raise self._no_final_obs(int(np.flatnonzero(dones)[0]))
+                        raise self._no_final_obs(done_idx[0])
                     ended = infos.get("_final_obs")
-                    if ended is not None and not ended[dones].all():
+                    if ended is not None and not all(ended[i] for i in done_idx):
                         raise self._no_final_obs(int(np.flatnonzero(dones & ~np.asarray(ended, bool))[0]))
                     if final_info is not None:
                         for i, info in _split_infos(final_info, self.num_envs).items():
                             sb3_infos[i].update(info)
-                    for i in np.flatnonzero(dones):
+                    for i in done_idx:
                         last = final_obs[i]
                         sb3_infos[i]["terminal_observation"] = copy_batch(last) if self.copy_obs else last
                         if i not in top:
                             self.reset_infos[i] = {}
             elif any_done:
-                raise self._no_final_obs(int(np.flatnonzero(dones)[0]))
+                raise self._no_final_obs(done_idx[0])
         else:  # DISABLED: the finished envs' observations are terminal; reset them here.
             if infos:
                 for i, info in _split_infos(infos, self.num_envs).items():
                     sb3_infos[i].update(info)
                     sb3_infos[i]["TimeLimit.truncated"] = False
             if any_done:
-                done_idx = np.flatnonzero(dones)
                 for i in done_idx:
                     sb3_infos[i]["terminal_observation"] = _tree_row(obs, i)
                 reset_obs, reset_infos = self.vector_env.reset(options={"reset_mask": dones.copy()})
@@ -246,7 +247,7 @@ class SB3VecEnv(VecEnv):
 
         if any_done:
             now = round(time.time() - self._t_start, 6)
-            for i in np.flatnonzero(dones):
+            for i in done_idx:
                 info = sb3_infos[i]
                 info["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
                 if "episode" not in info:
@@ -577,7 +578,7 @@ def _split_infos(
         if key in skip or (key.startswith("_") and key[1:] in infos):
             continue
         mask = infos.get(f"_{key}")
-        idx = np.flatnonzero(mask).tolist() if mask is not None else range(num_envs)
+        idx = np.asarray(mask).reshape(-1).nonzero()[0].tolist() if mask is not None else range(num_envs)
         if isinstance(value, dict):
             nested = _split_infos(value, num_envs)
             for i in idx:
