@@ -347,6 +347,79 @@ def test_bad_input_is_refused_clearly():
         with pytest.raises(ValueError, match="one action per row"):
             envs.step(np.zeros(5, np.int64))
 
+    class Pair(Arena):
+        possible_agents = ["a0", "a1"]
+
+    # (another number of agents; agents whose spaces, padded, differ from env 0's)
+    for make, pad in ((Pair, False), (lambda: Arena(spaces_differ=True), True)):
+        with pytest.raises(ValueError, match="env 1's agents differ from env 0's: its observation space"):
+            MultiAgentVectorEnv([Arena, make], pad_spaces=pad)
+
+
+@pytest.mark.parametrize("per", ["row", "env"])
+def test_a_masked_reset_resets_only_its_envs_and_keeps_the_others_agents(per):
+    """``reset_mask`` (one entry per row, as Gymnasium takes it, or per env): the envs it
+    names reset (a2 absent again), the others keep their rows and agents, and the next step
+    goes on from there."""
+    with MultiAgentVectorEnv([Arena] * 2, num_workers=1) as envs:
+        envs.reset(seed=0)
+        for _ in range(2):
+            obs, *_ = envs.step(np.zeros(6, np.int64))
+        assert envs.agent_mask.all()  # (a2 came at step 2)
+        mask = np.array([True] * 3 + [False] * 3) if per == "row" else np.array([True, False])
+        after, infos = envs.reset(seed=3, options={"reset_mask": mask})
+        assert envs.agent_mask.tolist() == [True, True, False, True, True, True]
+        assert infos["agent_mask"].tolist() == envs.agent_mask.tolist()
+        np.testing.assert_array_equal(after[3:], obs[3:])  # (env 1 untouched)
+        fresh, _ = Arena().reset(seed=3)
+        np.testing.assert_array_equal(after[:3], np.stack([fresh["a0"], fresh["a1"], np.zeros(3, np.float32)]))
+        _, rewards, terminated, _, _ = envs.step(np.zeros(6, np.int64))
+        assert rewards[2] == 0 and terminated[2] and rewards[5] > 0  # (env 0's a2 absent; env 1's present)
+        with pytest.raises(ValueError, match=r"resets whole envs: env 0's rows \[0, 1, 2\]"):
+            envs.reset(options={"reset_mask": np.array([True, False, True, False, False, False])})
+        with pytest.raises(ValueError, match=r"shape `\(6,\)` \(one entry per row\) or `\(2,\)`"):
+            envs.reset(options={"reset_mask": np.ones(5, bool)})
+
+
+def test_a_masked_reset_keeps_checking_padded_actions_of_the_envs_it_left():
+    """After a reset of env 0 alone, env 1's agents are still there: a padding action given to
+    one of them is refused (ValueError), not passed to the env."""
+    with MultiAgentVectorEnv([Mixed, Mixed], num_workers=1, pad_spaces=True) as envs:
+        envs.reset(seed=0)
+        envs.reset(options={"reset_mask": np.array([True, False])})
+        assert envs.agent_mask.all()
+        limits = envs.action_mask.sum(axis=1)
+        actions = np.zeros(envs.num_envs, np.int64)
+        row = int(np.flatnonzero(limits < envs.action_mask.shape[1])[-1])  # (env 1's row with padding)
+        actions[row] = limits[row]
+        with pytest.raises(ValueError, match="padding"):
+            envs.step(actions)
+
+
+def test_seeds_as_an_array_are_read_as_a_list():
+    with MultiAgentVectorEnv([Arena] * 2, num_workers=1) as envs:
+        by_list, _ = envs.reset(seed=[4, 4, 4, 9, 9, 9])
+        by_array, _ = envs.reset(seed=np.array([4, 4, 4, 9, 9, 9]))
+        np.testing.assert_array_equal(by_array, by_list)
+        with pytest.raises(ValueError, match="one seed per row"):
+            envs.reset(seed=np.array([4, 9]))
+
+
+def test_call_get_attr_and_set_attr_go_to_the_parallel_envs_one_value_per_row():
+    with MultiAgentVectorEnv([Arena] * 2, num_workers=2) as envs:
+        envs.reset(seed=0)
+        assert envs.get_attr("possible_agents") == (["a0", "a1", "a2"],) * 6
+        assert envs.get_attr("agent_observation_space")[0] == spaces.Box(-1.0, 1.0, (3,), np.float32)  # (the bridge's)
+        envs.set_attr("dict_obs", [False] * 3 + [True] * 3)
+        assert envs.call("observation_space", "a0")[3] == spaces.Dict(
+            {"observation": spaces.Box(-1.0, 1.0, (3,), np.float32), "action_mask": spaces.MultiBinary(3)})
+        envs.set_attr("length", 99)
+        assert envs.get_attr("length") == (99,) * 6
+        with pytest.raises(ValueError, match=r"sets whole envs: env 1's rows \[3, 4, 5\]"):
+            envs.set_attr("length", [1, 1, 1, 1, 2, 1])
+        with pytest.raises(ValueError, match="one value per row, 6"):
+            envs.set_attr("length", [1, 2])
+
 
 def _take(obs, rows: slice):
     return {k: v[rows] for k, v in obs.items()} if isinstance(obs, dict) else obs[rows]
@@ -604,6 +677,46 @@ def test_spaces_that_differ_are_refused_unless_padded_and_unpaddable_ones_always
 
     with pytest.raises(ValueError, match="Discrete actions of different n inside a Dict"):
         MultiAgentVectorEnv([NestedDiscrete], pad_spaces=True)
+
+
+def test_to_sb3_resets_disabled_rows_takes_per_row_options_copies_and_reads_attributes():
+    """What SB3's code asks of a VecEnv besides stepping, on agent rows: DISABLED envs reset by
+    the adapter (a reset_mask per row), per-row options, observations that a copy=False
+    vector env would overwrite, get_attr / env_method and evaluate_policy."""
+    sb3 = pytest.importorskip("stable_baselines3")
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    from fastvec.integrations.sb3 import to_sb3
+
+    make = functools.partial(Mixed, continuous=True)
+    venv = to_sb3(MultiAgentVectorEnv([make] * 2, autoreset_mode=AutoresetMode.DISABLED, pad_spaces=True))
+    try:
+        venv.seed(0)
+        first = venv.reset()
+        for t in range(4):
+            obs, _, dones, infos = venv.step(np.zeros((4, 3), np.float32))
+        assert dones.all() and all(info["terminal_observation"].shape == (5,) for info in infos)
+        _, _, dones, _ = venv.step(np.zeros((4, 3), np.float32))  # (the first step of the new episodes)
+        assert not dones.any()
+        venv.set_options([{"x": 1}, {"x": 1}, {"x": 2}, {"x": 2}])
+        venv.reset()
+    finally:
+        venv.close()
+    venv = to_sb3(MultiAgentVectorEnv([make] * 2, autoreset_mode=AutoresetMode.SAME_STEP, pad_spaces=True,
+                                      copy=False))
+    try:
+        assert venv.copy_obs
+        first = venv.reset()
+        kept = first.copy()
+        venv.step(np.ones((4, 3), np.float32))
+        np.testing.assert_array_equal(first, kept)
+        assert venv.get_attr("possible_agents") == [["scout", "tank"]] * 4
+        assert venv.env_method("action_space", "tank")[2] == spaces.Box(-1.0, 1.0, (3,), np.float32)
+        model = sb3.PPO("MlpPolicy", venv, n_steps=8, batch_size=16, n_epochs=1, seed=0)
+        mean, _ = evaluate_policy(model, venv, n_eval_episodes=4)
+        assert np.isfinite(mean)
+    finally:
+        venv.close()
 
 
 def test_to_sb3_runs_sb3s_ppo_on_agent_rows_and_refuses_agents_that_leave_early():

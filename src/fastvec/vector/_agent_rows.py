@@ -256,6 +256,22 @@ class AgentRows(gym.Env):
     def close(self):
         self.env.close()
 
+    def get_wrapper_attr(self, name: str) -> Any:
+        """``name`` of the ParallelEnv (what ``call`` and ``get_attr`` read), else of this bridge
+        (its rows' spaces, ``agent_action_counts``, ...)."""
+        try:
+            return getattr(self.env, name)
+        except AttributeError:
+            return getattr(self, name)
+
+    def set_wrapper_attr(self, name: str, value: Any, *, force: bool = True) -> bool:
+        """Set ``name`` on the ParallelEnv, unless only this bridge has it."""
+        if hasattr(self.env, name) or not hasattr(self, name):
+            setattr(self.env, name, value)
+        else:
+            setattr(self, name, value)
+        return True
+
     # -- rows ---------------------------------------------------------------------------------
     def _fill(self, observations: dict, present: list[bool] | None = None, into_row: bool = True) -> list[bool]:
         """Write each agent's observation into its row (absent rows: the absent observation),

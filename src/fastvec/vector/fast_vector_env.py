@@ -36,6 +36,16 @@ __all__ = ["FastVectorEnv"]
 _DEFAULT, _WAITING_RESET, _WAITING_STEP = CallState.DEFAULT, CallState.WAITING_RESET, CallState.WAITING_STEP
 
 
+class _SpacesDiffer(RuntimeError):
+    """Env ``env``'s ``what`` ("observation" or "action") space ``got`` differs from env 0's
+    ``want``: a RuntimeError, as Gymnasium's vector envs raise it, which a vector env built on
+    this one can tell in its own terms."""
+
+    def __init__(self, message: str, env: int, what: str, got: Space, want: Space):
+        super().__init__(message)
+        self.env, self.what, self.got, self.want = env, what, got, want
+
+
 def _usable_cores() -> int:
     return len(usable_cpus())
 
@@ -316,11 +326,11 @@ class FastVectorEnv(WorkerVectorEnv):
             self.observation_space = batch_differing_spaces([s for s, _ in spaces])
         for i, (obs_space, act_space) in enumerate(spaces):
             if mode == "same" and obs_space != self.single_observation_space:
-                raise RuntimeError(
+                raise _SpacesDiffer(
                     "FastVectorEnv(..., observation_mode='same') however some of the sub-environments "
                     f"observation spaces are not equivalent. Env {i}'s {obs_space} differs from env 0's "
                     f"{self.single_observation_space}. If this is intentional, use "
-                    "`observation_mode='different'` instead."
+                    "`observation_mode='different'` instead.", i, "observation", obs_space, self.single_observation_space
                 )
             if mode != "same" and not is_space_dtype_shape_equiv(obs_space, self.single_observation_space):
                 raise RuntimeError(
@@ -329,10 +339,10 @@ class FastVectorEnv(WorkerVectorEnv):
                     f"{obs_space} against {self.single_observation_space})."
                 )
             if act_space != self.single_action_space:
-                raise RuntimeError(
+                raise _SpacesDiffer(
                     f"Some environments have an action space different from `{self.single_action_space}` "
                     f"(env {i}'s is {act_space}). In order to batch actions, the action spaces from all "
-                    "environments must be equal."
+                    "environments must be equal.", i, "action", act_space, self.single_action_space
                 )
 
     @property

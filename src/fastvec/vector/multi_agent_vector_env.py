@@ -9,7 +9,7 @@ from gymnasium.vector.utils import batch_space
 
 from fastvec.vector._agent_rows import AgentRows
 from fastvec.vector._batch_tree import row_of
-from fastvec.vector.fast_vector_env import FastVectorEnv
+from fastvec.vector.fast_vector_env import FastVectorEnv, _SpacesDiffer
 
 __all__ = ["MultiAgentVectorEnv"]
 
@@ -128,8 +128,14 @@ class MultiAgentVectorEnv(VectorEnv):
         for k, fn in enumerate(env_fns):
             if not callable(fn):
                 raise TypeError(f"env_fns[{k}] is not callable: got {type(fn).__name__}")
-        self._envs = FastVectorEnv([_RowsMaker(fn, bool(pad_spaces)) for fn in env_fns], num_workers,
-                                   autoreset_mode=autoreset_mode, batch_size=batch_size, **vector_kwargs)
+        try:
+            self._envs = FastVectorEnv([_RowsMaker(fn, bool(pad_spaces)) for fn in env_fns], num_workers,
+                                       autoreset_mode=autoreset_mode, batch_size=batch_size, **vector_kwargs)
+        except _SpacesDiffer as error:  # (an env's agents, stacked in its row, batch differently)
+            raise ValueError(
+                f"env {error.env}'s agents differ from env 0's: its {error.what} space (its agents' stacked) is "
+                f"{error.got}, env 0's {error.want}. Every env must have the same possible_agents, each agent "
+                "the same spaces in every env") from None
         try:
             agents = self._envs.get_attr("possible_agents")
             for k, other in enumerate(agents[1:], 1):
@@ -144,6 +150,8 @@ class MultiAgentVectorEnv(VectorEnv):
             raise
         self.num_agents = len(self.possible_agents)
         self.num_parallel_envs = self._envs.num_envs
+        #: whether observations are copied out of the shared block (``copy``, FastVectorEnv's)
+        self.copy = self._envs.copy
         #: envs (ParallelEnvs, not rows) per :meth:`recv`
         self.batch_size = self._envs.batch_size
         # the envs recv() handed back (or reset() returned) that have not been sent actions
@@ -177,11 +185,27 @@ class MultiAgentVectorEnv(VectorEnv):
     # -- the Gymnasium API ------------------------------------------------------------------
     def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None):
         """Reset every env (env ``i`` with ``seed + i``; with a list of one seed per row, each
-        env with its first row's); returns (observations, infos) by row."""
+        env with its first row's); returns (observations, infos) by row.
+
+        ``options["reset_mask"]`` resets only some envs: a bool array of one entry per row
+        (``num_envs``, as Gymnasium's vector envs take it), alike for all rows of an env, or of
+        one entry per env. The other envs' rows, and their :attr:`agent_mask`, stay as they were.
+
+        Raises:
+            ValueError: a ``reset_mask`` of another length, or that splits an env's rows.
+        """
+        env_mask = None
+        if options is not None and "reset_mask" in options:
+            env_mask = self._env_reset_mask(options["reset_mask"])
+            options = {**options, "reset_mask": env_mask}
         obs, infos = self._envs.reset(seed=self._env_seeds(seed), options=options)
-        self.agent_mask = infos["agent_mask"].reshape(-1).copy()
+        mask = infos["agent_mask"].copy()
+        if env_mask is not None:  # (the envs not reset keep their agents)
+            kept = ~np.asarray(env_mask, bool)
+            mask[kept] = self.agent_mask.reshape(self.num_parallel_envs, self.num_agents)[kept]
+        self.agent_mask = mask.reshape(-1).copy()
         self._ready_envs[:] = True
-        return self._rows(obs), self._row_infos(infos, infos["agent_mask"])
+        return self._rows(obs), self._row_infos(infos, mask)
 
     def step(self, actions):
         """Step every env with its agents' actions (one row each; absent agents' ignored);
@@ -203,7 +227,10 @@ class MultiAgentVectorEnv(VectorEnv):
     # -- async: send / recv (EnvPool style) -------------------------------------------------
     def async_reset(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
         """Start resetting every env (env ``i`` with ``seed + i``); their first observations
-        come from :meth:`recv`, ``batch_size`` envs at a time."""
+        come from :meth:`recv`, ``batch_size`` envs at a time (``options["reset_mask"]``: as
+        :meth:`reset`'s)."""
+        if options is not None and "reset_mask" in options:
+            options = {**options, "reset_mask": self._env_reset_mask(options["reset_mask"])}
         self._envs.async_reset(seed=self._env_seeds(seed), options=options)
         self._ready_envs[:] = False
 
@@ -261,7 +288,65 @@ class MultiAgentVectorEnv(VectorEnv):
         return self._rows(obs), rewards.reshape(-1), terminated.reshape(-1), truncated.reshape(-1), row_infos
 
     def render(self):
+        """Render every env (``render_mode`` set by the ParallelEnvs); one frame per env."""
         return self._envs.render()
+
+    # -- call / attributes ----------------------------------------------------------------------
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Call ``name`` on every env's ParallelEnv (or read it, if not callable): one result
+        per row, each env's once for each of its agents (SB3's ``env_method`` and
+        ``get_attr`` go through this).
+
+        Example:
+            >>> import numpy as np
+            >>> from gymnasium import spaces
+            >>> from fastvec import MultiAgentVectorEnv
+            >>> class Pair:  # (a ParallelEnv with an attribute of its own)
+            ...     possible_agents, metadata, level = ["a", "b"], {}, 0
+            ...     def observation_space(self, agent): return spaces.Box(0.0, 9.0, (1,), np.float32)
+            ...     def action_space(self, agent): return spaces.Discrete(2)
+            ...     def reset(self, seed=None, options=None):
+            ...         self.agents = list(self.possible_agents)
+            ...         return {a: np.full(1, self.level, np.float32) for a in self.agents}, {a: {} for a in self.agents}
+            ...     def step(self, actions):
+            ...         return self.reset()[0], {a: 0.0 for a in actions}, {a: False for a in actions}, \\
+            ...             {a: False for a in actions}, {a: {} for a in actions}
+            >>> envs = MultiAgentVectorEnv([Pair, Pair], num_workers=1)
+            >>> envs.get_attr("possible_agents")[:3]
+            (['a', 'b'], ['a', 'b'], ['a', 'b'])
+            >>> envs.set_attr("level", [1, 1, 2, 2])  # (one value per row, alike for an env's rows)
+            >>> envs.get_attr("level")
+            (1, 1, 2, 2)
+            >>> envs.reset()[0].ravel().tolist()
+            [1.0, 1.0, 2.0, 2.0]
+            >>> envs.close()
+        """
+        return tuple(value for value in self._envs.call(name, *args, **kwargs) for _ in range(self.num_agents))
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """``name`` of every env's ParallelEnv, one value per row (as :meth:`call`)."""
+        return self.call(name)
+
+    def set_attr(self, name: str, values: Any) -> None:
+        """Set ``name`` on every env's ParallelEnv: one value for all, or a list/tuple of one
+        value per row, alike for an env's rows.
+
+        Raises:
+            ValueError: a list/tuple that has not one value per row, or splits an env's rows.
+        """
+        if isinstance(values, (list, tuple)):
+            if len(values) != self.num_envs:
+                raise ValueError(f"set_attr({name!r}, values) takes one value per row, {self.num_envs} "
+                                 f"({self.num_parallel_envs} envs x {self.num_agents} agents), got {len(values)}")
+            per_env = list(values[::self.num_agents])
+            for row, value in enumerate(values):
+                if not _alike(value, per_env[row // self.num_agents]):
+                    e = row // self.num_agents
+                    raise ValueError(f"set_attr({name!r}, values) sets whole envs: env {e}'s rows "
+                                     f"{self._env_rows[e].tolist()} must have one value, got "
+                                     f"{list(values[e * self.num_agents:(e + 1) * self.num_agents])}")
+            values = per_env
+        self._envs.set_attr(name, values)
 
     def stats(self) -> dict[str, Any]:
         """The statistics of the envs' FastVectorEnv (:meth:`fastvec.FastVectorEnv.stats`): its
@@ -293,9 +378,28 @@ class MultiAgentVectorEnv(VectorEnv):
         return self._envs
 
     # -- rows <-> envs ----------------------------------------------------------------------------
+    def _env_reset_mask(self, mask):
+        """``reset``'s ``reset_mask`` as one entry per env. One entry per row must be alike for
+        an env's rows; any other mask goes on as it is (FastVectorEnv checks its type, dtype and
+        that it resets something)."""
+        if not isinstance(mask, np.ndarray) or self.num_agents == 1 or mask.shape == (self.num_parallel_envs,):
+            return mask
+        if mask.shape != (self.num_envs,):
+            raise ValueError(f"`options['reset_mask']` must have shape `({self.num_envs},)` (one entry per row) or "
+                             f"`({self.num_parallel_envs},)` (one per env), got {mask.shape}")
+        by_env = mask.reshape(self.num_parallel_envs, self.num_agents)
+        split = np.flatnonzero((by_env != by_env[:, :1]).any(axis=1))
+        if len(split):
+            e = int(split[0])
+            raise ValueError(f"`options['reset_mask']` resets whole envs: env {e}'s rows "
+                             f"{self._env_rows[e].tolist()} must be alike, got {by_env[e].tolist()}")
+        return by_env[:, 0].copy()
+
     def _env_seeds(self, seed):
-        """``reset``'s seed for the envs: a list of one seed per row becomes each env's first
-        row's (an int or None stays: FastVectorEnv gives env ``i`` ``seed + i``)."""
+        """``reset``'s seed for the envs: a list (or array) of one seed per row becomes each
+        env's first row's (an int or None stays: FastVectorEnv gives env ``i`` ``seed + i``)."""
+        if isinstance(seed, np.ndarray) and seed.ndim == 1:
+            seed = seed.tolist()
         if isinstance(seed, (list, tuple)):
             if len(seed) != self.num_envs:
                 raise ValueError(f"expected one seed per row, {self.num_envs} ({self.num_parallel_envs} envs x "
@@ -447,6 +551,16 @@ class MultiAgentVectorEnv(VectorEnv):
 
     def __repr__(self) -> str:
         return f"MultiAgentVectorEnv({self.num_parallel_envs} envs x {self.num_agents} agents)"
+
+
+def _alike(a: Any, b: Any) -> bool:
+    """Whether two values given for one env's rows are the same value."""
+    if a is b:
+        return True
+    try:
+        return type(a) is type(b) and bool(np.all(a == b))
+    except Exception:  # (values that do not compare)
+        return False
 
 
 class _RowsMaker:
