@@ -298,7 +298,9 @@ def test_a_restarted_env_reports_through_recv_as_through_step(mode):
                              env_failure="restart") as envs:
         envs.async_reset(seed=0)
         present, restarted = {}, []
-        for _ in range(20):
+        # (until both have failed: on 2 cores a worker asleep can sit out dozens of recvs of
+        # this instant env while the other one, awake, answers each at once)
+        for _ in range(5000):
             obs, rewards, terminated, truncated, infos = envs.recv()
             env = int(infos["env_id"][0]) // 3
             if "_env_restarted" in infos and infos["_env_restarted"].any():
@@ -472,6 +474,54 @@ def _send_recv_against_reference(make, n, mode, steps, dict_obs, sample, **kwarg
                 stepped[e] += 1
             envs.send(actions, ids)
     return seen_absent, seen_final
+
+
+class _SecondResetFails(Arena):
+    """Arena whose second reset (its first autoreset) raises, once for all instances (a marker
+    file)."""
+
+    def __init__(self, marker):
+        super().__init__()
+        self.marker, self.resets = marker, 0
+
+    def reset(self, seed=None, options=None):
+        import os
+
+        self.resets += 1
+        if self.resets == 2 and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            raise ValueError("boom in reset")
+        return super().reset(seed, options)
+
+
+def test_a_same_step_autoreset_that_raises_keeps_the_step_that_ended_the_episode(tmp_path):
+    """Env 0's episode ends (its agents truncated at its drawn length) and the SAME_STEP reset
+    after that step raises: the env is rebuilt, and its rows report the step as it came, as in
+    a vector env where nothing failed: rewards, flags, final observations."""
+    failing = functools.partial(_SecondResetFails, str(tmp_path / "failed"))
+    actions = np.zeros(6, np.int64)
+    with MultiAgentVectorEnv([failing, Arena], num_workers=1, autoreset_mode=AutoresetMode.SAME_STEP,
+                             env_failure="restart") as envs, \
+            MultiAgentVectorEnv([Arena, Arena], num_workers=1, autoreset_mode=AutoresetMode.SAME_STEP) as reference:
+        envs.reset(seed=0)
+        reference.reset(seed=0)
+        for t in range(1, 12):
+            got, want = envs.step(actions), reference.step(actions)
+            restarted = got[4].get("env_restarted", np.zeros(6, bool))
+            rows = slice(3, 6) if restarted[0] else slice(0, 6)
+            for k in range(4):
+                np.testing.assert_array_equal(got[k][rows], want[k][rows], err_msg=f"step {t}, result {k}")
+            if restarted[0]:
+                break
+        else:
+            pytest.fail("env 0 was never rebuilt")
+        assert restarted.tolist() == [True] * 3 + [False] * 3
+        for k in (1, 2, 3):  # (the step's own rewards and flags: truncated, a1 gone since step 4)
+            np.testing.assert_array_equal(got[k][:3], want[k][:3], err_msg=f"step {t}, result {k}")
+        assert want[3][:3].tolist() == [True, False, True]
+        for row in (0, 2):
+            np.testing.assert_array_equal(got[4]["final_obs"][row], want[4]["final_obs"][row])
+        assert got[4]["agent_mask"][:3].tolist() == [True, True, False]  # (the new episode's)
 
 
 @pytest.mark.parametrize("dict_obs", [False, True], ids=["box", "dict"])

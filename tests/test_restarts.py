@@ -508,6 +508,48 @@ def test_an_env_whose_reset_raises_is_rebuilt_and_reset_with_its_derived_seed(tm
     ref.close()
 
 
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.value)
+def test_an_autoreset_that_raises_keeps_the_step_that_ended_the_episode(tmp_path, workers_seen, mode):
+    """Env 5's episode ends at step 3 and its autoreset raises. The step that ended it went
+    well, so it reports as SyncVectorEnv's (SAME_STEP: its reward, ``terminated``, its
+    ``final_obs``), with the rebuilt env's first observation (seeded from its derived seed);
+    with NEXT_STEP the autoreset step reports what a reset step does (reward 0, no flags) with
+    that observation. Every other env is SyncVectorEnv's throughout."""
+    envs, pids = workers_seen
+    marker = str(tmp_path / "failed")
+    env = FastVectorEnv([(lambda k=k: FlakyEnv(marker=marker, episode=3, reset_fails=k == FAILING, reset_fails_at=2))
+                         for k in range(NUM_ENVS)], num_workers=2, env_failure="restart", autoreset_mode=mode)
+    envs.append(env)
+    pids.update(p.pid for p in env.processes)
+    ref = SyncVectorEnv([lambda: FlakyEnv(episode=3) for _ in range(NUM_ENVS)], autoreset_mode=mode)
+    kept = [e for e in range(NUM_ENVS) if e != FAILING]
+    env.reset(seed=SEED)
+    ref.reset(seed=SEED)
+    fresh, _ = FlakyEnv().reset(seed=_derived_seed(FAILING, 1))
+    actions = np.ones(NUM_ENVS, dtype=np.int64)
+    for t in range(1, 6):
+        got, want = env.step(actions), ref.step(actions)
+        failed_here = t == (3 if mode is AutoresetMode.SAME_STEP else 4)
+        rows = kept if failed_here else list(range(NUM_ENVS))
+        if t < 3 or failed_here:  # (after the failure env 5 runs on from its derived seed)
+            for k in range(4):
+                assert_same(want[k][rows], got[k][rows], f"step {t}, result {k}, envs {rows}")
+        infos = got[4]
+        assert bool(infos.get("env_restarted", np.zeros(NUM_ENVS, bool))[FAILING]) == failed_here, f"step {t}"
+        if failed_here:
+            np.testing.assert_array_equal(got[0][FAILING], fresh)
+            assert got[1][FAILING] == want[1][FAILING] and got[2][FAILING] == want[2][FAILING]
+            assert got[3][FAILING] == want[3][FAILING] == False  # noqa: E712 (not truncated: it ended well)
+            if mode is AutoresetMode.SAME_STEP:
+                assert got[2][FAILING]  # (terminated at step 3, as the env said)
+                np.testing.assert_array_equal(infos["final_obs"][FAILING], want[4]["final_obs"][FAILING])
+            else:
+                assert got[1][FAILING] == 0.0 and not got[2][FAILING]
+            assert "ValueError: boom in reset (env 5)" in infos["env_error"][FAILING]
+    assert env.restarts.tolist() == [int(e == FAILING) for e in range(NUM_ENVS)]
+    ref.close()
+
+
 @pytest.mark.parametrize("autoreset_mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
 def test_a_worker_that_dies_during_a_reset_is_started_again_and_its_envs_reset(tmp_path, workers_seen,
                                                                                 autoreset_mode):

@@ -161,25 +161,27 @@ class FlakyEnv(gym.Env):
     "segv" (reads address 0), "hang" (sleeps for an hour). ``marker=None``: every instance
     fails there. ``build_fails``: the constructor raises once the marker exists (a rebuild
     that fails). ``reset_fails``: the first instance to reset fails there instead (once, by
-    the marker), by ``reset_how``: "raise" or "exit" (``os._exit(4)``)."""
+    the marker), by ``reset_how``: "raise" or "exit" (``os._exit(4)``), in its reset number
+    ``reset_fails_at`` (default 1: its first; 2: the first autoreset)."""
 
     observation_space = spaces.Box(-1, 1, (3,), np.float32)
     action_space = spaces.Discrete(2)
 
     def __init__(self, fail_at=None, how="raise", marker=None, build_fails=False, episode=30, reset_fails=False,
-                 reset_how="raise"):
+                 reset_how="raise", reset_fails_at=1):
         import os
 
         if build_fails and marker is not None and os.path.exists(marker):
             raise RuntimeError("cannot build the env again")
         self.fail_at, self.how, self.marker, self.episode = fail_at, how, marker, episode
-        self.reset_fails, self.reset_how = reset_fails, reset_how
-        self.t = 0
+        self.reset_fails, self.reset_how, self.reset_fails_at = reset_fails, reset_how, reset_fails_at
+        self.t = self.resets = 0
 
     def reset(self, *, seed=None, options=None):
         import os
 
-        if self.reset_fails and not os.path.exists(self.marker):
+        self.resets += 1
+        if self.reset_fails and self.resets == self.reset_fails_at and not os.path.exists(self.marker):
             open(self.marker, "w").close()
             if self.reset_how == "exit":
                 os._exit(4)

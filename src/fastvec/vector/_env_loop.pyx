@@ -73,10 +73,13 @@ cdef class EnvLoop:
     instead of none, once (a rebuilt env's derived seed, see FastVectorEnv's ``env_failure``).
     ``current`` (optional): a one-word uint32 array the loop keeps the global index + 1 of
     the env it is stepping in (0 between steps), for a step that hangs to name its env.
-    ``on_failure`` (optional): ``on_failure(j, exc)``, called when env j's step (or the reset
-    a step runs) raises an ``Exception``, returns what the env contributes to the step instead,
-    ``(obs, info dicts, autoreset)``, having written its reward and flags (it rebuilds the
-    env: FastVectorEnv's ``env_failure="restart"``); None: the exception propagates.
+    ``on_failure`` (optional): ``on_failure(j, exc, final, resetting)``, called when env j's
+    step (or the reset a step runs) raises an ``Exception``, returns what the env contributes
+    to the step instead, ``(obs, info dicts, autoreset)``, having written its reward and flags
+    (it rebuilds the env: FastVectorEnv's ``env_failure="restart"``). ``final``: the
+    ``{"final_obs", "final_info"}`` of a step that ended its episode when the SAME_STEP reset
+    after it raised (its reward and flags are written), else None; ``resetting``: the NEXT_STEP
+    autoreset raised. None: the exception propagates.
     """
     cdef list envs
     cdef Py_ssize_t first
@@ -154,7 +157,7 @@ cdef class EnvLoop:
         """
         cdef Py_ssize_t j = 0, n = len(self.envs)
         cdef object env, obs, reward, terminated, truncated, info, final, additions
-        cdef bint done
+        cdef bint done, resetting
         cdef bint written = self.obs_arr is not None
         if len(actions) != n:
             raise ValueError(f"{len(actions)} actions for {n} envs")
@@ -164,10 +167,12 @@ cdef class EnvLoop:
                 env = self.envs[j]
                 final = None
                 additions = None
+                resetting = False
                 if self.current_word != NULL:
                     self.current_word[0] = <unsigned int>(self.first + j + 1)
                 try:
                     if self.mode == NEXT_STEP and self.autoreset[j]:
+                        resetting = True
                         if self.next_seeds[j] is None:
                             obs, info = env.reset()
                         else:
@@ -195,7 +200,7 @@ cdef class EnvLoop:
                 except Exception as exc:
                     if self.on_failure is None:
                         raise
-                    obs, additions, done = self.on_failure(j, exc)
+                    obs, additions, done = self.on_failure(j, exc, final, resetting)
                 self.last_obs[j] = obs
                 if written:
                     if fits_row(obs, <cnp.ndarray> self.obs_arr):

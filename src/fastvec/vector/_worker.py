@@ -229,17 +229,34 @@ class _Worker:
         if self._leaf_obs is not None and use_row is not None:
             use_row(self._leaf_obs[j])
 
-    def rebuild_env(self, j: int, exc: Exception) -> tuple:
+    def rebuild_env(self, j: int, exc: Exception, final: dict | None = None, resetting: bool = False) -> tuple:
         """Env ``j`` raised ``exc`` during a step (FastVectorEnv's ``env_failure="restart"``):
         build it again and return what it contributes to the step instead (the env loop's
-        ``on_failure``): ``(obs, info dicts, autoreset)``. It reports ``truncated=True``,
-        reward 0 and ``env_restarted``/``env_error`` infos; its last observation (NEXT_STEP,
-        DISABLED: its next reset is seeded from its last seed and restart count), or at once
-        its first one from that reset (SAME_STEP, the last one in ``final_obs``).
+        ``on_failure``): ``(obs, info dicts, autoreset)``, with ``env_restarted``/``env_error``
+        infos.
+
+        Its step raised: it reports ``truncated=True``, reward 0, and its last observation
+        (NEXT_STEP, DISABLED: its next reset is seeded from its last seed and restart count),
+        or at once its first one from that reset (SAME_STEP, the last one in ``final_obs``).
+        Its step ended the episode and the SAME_STEP reset after it raised (``final``): the
+        step's own reward, flags and ``final_obs``/``final_info``, and the new env's first
+        observation. Its NEXT_STEP autoreset raised (``resetting``): what that reset would
+        have reported, from the new env's first reset.
 
         Raises ``exc`` when the restart budget is spent, or the constructor's own error.
         """
         seed, restarted = self._rebuild(j, exc)
+        if final is not None or resetting:
+            obs, info = self.envs[j].reset(seed=seed)
+            if self.env_counts is not None:
+                self.env_counts[j, 1] += 1
+            if resetting:  # (the rewards and flags of a reset step)
+                self.rewards[j] = 0.0
+                self.terminations[j] = False
+                self.truncations[j] = False
+                return obs, ({**info, **restarted},), False
+            final = {"final_obs": final["final_obs"], "final_info": {**final["final_info"], **restarted}}
+            return obs, (final, {**info, **restarted}), False
         self.rewards[j] = 0.0
         self.terminations[j] = False
         self.truncations[j] = True

@@ -157,7 +157,8 @@ class FastVectorEnv(WorkerVectorEnv):
             next step's autoreset or yours, is seeded from its last seed and its restart
             count) or at once its first one from that reset (SAME_STEP: the last one in
             ``final_obs``, the restart infos in ``final_info`` too). An env whose
-            ``reset`` raises is built again and reset with the seed drawn from the one it
+            autoreset raises after a step that went well keeps that step's results (see
+            ``docs/vector.md``). An env whose ``reset`` raises is built again and reset with the seed drawn from the one it
             was given (``infos["env_restarted"]`` in the reset's infos); so are all the
             envs of a worker whose process ends during a reset. A failure during
             ``call``/``set_attr`` and a rebuilt env's constructor that fails still raise;

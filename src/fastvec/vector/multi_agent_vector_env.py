@@ -484,7 +484,8 @@ class MultiAgentVectorEnv(VectorEnv):
         env rebuilt after its step failed (``env_failure="restart"``: it comes back truncated)
         reports reward 0 and every agent that was present truncated (the others absent, as
         before); with NEXT_STEP or DISABLED its rows keep its last observation, and so its
-        mask. (One rebuilt in a reset comes back as any reset does.)"""
+        mask. (One rebuilt in a reset, its autoreset included, comes back as any reset does; one
+        whose SAME_STEP reset failed after its step, with that step's results.)"""
         if "agent_rewards" in infos:
             rewards, terminated, truncated = infos["agent_rewards"], infos["agent_terminated"], infos["agent_truncated"]
             mask = infos["agent_mask"]
@@ -498,6 +499,9 @@ class MultiAgentVectorEnv(VectorEnv):
         restarted = infos.get("_env_restarted")
         if restarted is not None:
             restarted = restarted & env_truncated  # (in a step, not a reset)
+            reported = infos.get("final_info", {}).get("_agent_rewards")
+            if reported is not None:  # (its step ended the episode, the reset after it failed)
+                restarted = restarted & ~reported
             if not restarted.any():
                 restarted = None
         if ended is None and restarted is None:
