@@ -269,7 +269,8 @@ class MultiAgentVectorEnv(VectorEnv):
         ``infos["env_id"]`` holds the row indices, in order (whole envs); the rest of the
         infos, and :attr:`agent_mask` at those rows, are as :meth:`step`'s. Rows whose env's
         last command was a reset have reward 0 and ``terminated`` True only where the agent
-        is absent. Raises ``TimeoutError`` after ``timeout`` seconds, and gymnasium's
+        is absent. Raises ``multiprocessing.TimeoutError`` after ``timeout`` seconds (as
+        Gymnasium's AsyncVectorEnv), and gymnasium's
         ``NoAsyncCallError`` with nothing sent.
         """
         obs, _, _, env_truncated, infos = self._envs.recv(timeout)
