@@ -126,3 +126,16 @@ def test_the_no_stats_backend_is_fastvec_that_counts_nothing():
     finally:
         off.close()
         default.close()
+
+
+def test_vs_first_pairs_each_round_with_its_own_reference(monkeypatch):
+    """A round that ran slow for every backend cancels in its own ratio: the backend's ratio is
+    the median of the rounds' ratios (2.0 here), not the ratio of the medians (3.0)."""
+    loop = next(loop for loop in train.LOOPS if "CartPole" in loop.label and "CleanRL" in loop.label)
+    script = {loop.reference: iter([1.0, 10.0, 1.0]), "FastVectorEnv": iter([2.0, 9.0, 3.0]),
+              train.BOUND: iter([4.0, 4.0, 4.0])}
+    monkeypatch.setattr(train, "measure_once", lambda loop, name, quick, iterations: train.Sample(next(script[name]),
+                                                                                                   0.5, 0.25))
+    out = train.measure(loop, 1, True, 3, 1, [loop.reference, "FastVectorEnv"])
+    assert out["FastVectorEnv"].sps == 3.0 and out["FastVectorEnv"].vs_reference == 2.0
+    assert out[loop.reference].vs_reference == 1.0 and out[train.BOUND].vs_reference == 4.0

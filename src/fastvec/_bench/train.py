@@ -51,7 +51,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from fastvec.bench import fmt_rate, interleaved_rates, print_table
+from fastvec.bench import fmt_rate, interleaved_rates, paired_ratio, print_table
 from fastvec.vector.fast_vector_env import FastVectorEnv
 
 #: torch's own choice of intra-op threads in this process, before anything changed it
@@ -599,6 +599,9 @@ class Sample:
     sps: float
     step: float  # shares of the wall time
     update: float
+    # the median of the rounds' ratios of sps to the loop's reference backend in the same
+    # round (None: one round's sample, or no reference among the backends)
+    vs_reference: float | None = None
 
 
 def measure_once(loop: Loop, backend: str, quick: bool, iterations: int) -> Sample:
@@ -637,9 +640,11 @@ def measure(loop: Loop, threads: int, quick: bool, rounds: int, iterations: int,
     finally:
         torch.set_num_threads(previous)
     out = {}
+    reference = [s.sps for s in samples.get(loop.reference, [])]
     for name in names:
         near = min(samples[name], key=lambda s: abs(s.sps - rates[name]))  # the median round's shares
-        out[name] = Sample(rates[name], near.step, near.update)
+        ratio = paired_ratio([s.sps for s in samples[name]], reference) if reference else None
+        out[name] = Sample(rates[name], near.step, near.update, ratio)
     return out
 
 
@@ -679,16 +684,18 @@ def run(quick: bool = False, *, loops: Sequence[Loop] = LOOPS, threads: Sequence
                 results = measure(loop, n, quick, rounds, iterations, backends)
             ref = results[loop.reference].sps
             for name, s in results.items():
-                rows.append([loop.label, n, name, fmt_rate(s.sps), f"{s.sps / ref:.2f}x",
+                ratio = s.vs_reference if s.vs_reference is not None else s.sps / ref
+                rows.append([loop.label, n, name, fmt_rate(s.sps), f"{ratio:.2f}x",
                              f"{100 * s.step:.0f} %", f"{100 * (1 - s.step - s.update):.0f} %",
                              f"{100 * s.update:.0f} %"])
     print_table(f"Training loops, SPS (env transitions/s of the whole loop), torch at its default "
                 f"{DEFAULT_THREADS} threads and at 1",
                 ["loop", "torch threads", "backend", "SPS", "vs first", "step", "policy + rest", "update"], rows)
-    print(f"\n'vs first': against the loop's first backend (SyncVectorEnv / DummyVecEnv). {BOUND}: the same loop "
+    print(f"\n'vs first': against the loop's first backend (SyncVectorEnv / DummyVecEnv), the median of the "
+          f"rounds' ratios (each backend against the reference of its own round). {BOUND}: the same loop "
           "on recorded env outputs (a vector env that costs nothing). Shares: of the loop's wall time. "
           "FastVectorEnv / FastVecEnv with default arguments. Each loop and thread count runs in a fresh "
-          "interpreter, its backends taking turns round by round; medians of the rounds.")
+          "interpreter, its backends taking turns round by round; SPS and shares: medians of the rounds.")
     for line in skipped:
         print(line)
 
