@@ -439,9 +439,11 @@ def test_steps_are_parked_while_the_trainer_runs_a_parallel_region_before_most_o
     for _ in range(10):
         runtime.release()
     assert not runtime.hot
-    for k in range(30):  # a region before one step in three: releasing stays cheaper
-        pool[0] = k % 3 == 0
-        runtime.release()
+    # A region before one step in three: releasing stays cheaper. (Noted directly: a release
+    # that finds no pool returns in about a microsecond, but one preempted on a loaded machine
+    # can take 10 µs and count as found, and one such right after a real one tips the share.)
+    for k in range(30):
+        runtime.note(found=k % 3 == 0)
         assert not runtime.hot
 
 
