@@ -246,30 +246,26 @@ class _Worker:
         Raises ``exc`` when the restart budget is spent, or the constructor's own error.
         """
         seed, restarted = self._rebuild(j, exc)
-        if final is not None or resetting:
-            obs, info = self.envs[j].reset(seed=seed)
-            if self.env_counts is not None:
-                self.env_counts[j, 1] += 1
-            if resetting:  # (the rewards and flags of a reset step)
-                self.rewards[j] = 0.0
-                self.terminations[j] = False
-                self.truncations[j] = False
-                return obs, ({**info, **restarted},), False
-            final = {"final_obs": final["final_obs"], "final_info": {**final["final_info"], **restarted}}
-            return obs, (final, {**info, **restarted}), False
-        self.rewards[j] = 0.0
-        self.terminations[j] = False
-        self.truncations[j] = True
-        last = self.last_obs[j]
-        if isinstance(last, np.ndarray):
-            last = last.copy()  # (it may be the env's row, which the new env's reset writes)
-        if self.autoreset_mode == AutoresetMode.SAME_STEP:
-            obs, info = self.envs[j].reset(seed=seed)
-            if self.env_counts is not None:
-                self.env_counts[j, 1] += 1
-            return obs, ({"final_obs": last, "final_info": restarted}, {**info, **restarted}), False
-        self.next_seeds[j] = seed
-        return last, (restarted,), True
+        if final is None:  # its step raised, or its NEXT_STEP autoreset did
+            self.rewards[j] = 0.0
+            self.terminations[j] = False
+            self.truncations[j] = not resetting
+            if not resetting:
+                last = self.last_obs[j]
+                if isinstance(last, np.ndarray):
+                    last = last.copy()  # (it may be the env's row, which the new env's reset writes)
+                if self.autoreset_mode != AutoresetMode.SAME_STEP:
+                    self.next_seeds[j] = seed
+                    return last, (restarted,), True
+                final = {"final_obs": last, "final_info": {}}
+        obs, info = self.envs[j].reset(seed=seed)
+        if self.env_counts is not None:
+            self.env_counts[j, 1] += 1
+        info = {**info, **restarted}
+        if final is None:
+            return obs, (info,), False
+        final = {"final_obs": final["final_obs"], "final_info": {**final["final_info"], **restarted}}
+        return obs, (final, info), False
 
     def _rebuild(self, j: int, exc: Exception) -> tuple[int | None, dict]:
         """Build env ``j`` again after ``exc`` (in a step or a reset): take one restart from

@@ -158,11 +158,12 @@ class FastVectorEnv(WorkerVectorEnv):
             count) or at once its first one from that reset (SAME_STEP: the last one in
             ``final_obs``, the restart infos in ``final_info`` too). An env whose
             autoreset raises after a step that went well keeps that step's results (see
-            ``docs/vector.md``). An env whose ``reset`` raises is built again and reset with the seed drawn from the one it
-            was given (``infos["env_restarted"]`` in the reset's infos); so are all the
-            envs of a worker whose process ends during a reset. A failure during
-            ``call``/``set_attr`` and a rebuilt env's constructor that fails still raise;
-            so does one in the caller's own share (``step_in_caller=True`` is refused).
+            ``docs/vector.md``). An env whose ``reset`` raises is built again and reset
+            with the seed drawn from the one it was given (``infos["env_restarted"]`` in
+            the reset's infos); so are all the envs of a worker whose process ends during
+            a reset. A failure during ``call``/``set_attr`` and a rebuilt env's constructor
+            that fails still raise; so does one in the caller's own share
+            (``step_in_caller=True`` is refused).
             See ``docs/vector.md``, "Failures and restarts".
         max_restarts: with ``env_failure="restart"``, how many failures are recovered
             from in all; the next one raises as with ``"raise"``. Default 100.
