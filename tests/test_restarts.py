@@ -219,26 +219,33 @@ def test_a_worker_killed_from_outside_between_steps(workers_seen):
     _check_reset_after(out, FAIL_AT, WORKER_1)
 
 
+def _send_recv_until(env, found, seconds: float = 10.0):
+    """Reset ``env`` (send/recv), then send zeros to whatever recv hands back until ``found``
+    holds for a recv's results. Returns those results, and every env's observation before
+    them."""
+    obs, _ = env.reset(seed=SEED)
+    last = obs.copy()
+    env.send(np.zeros(NUM_ENVS, dtype=np.int64))
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        out = env.recv()
+        if found(out):
+            return out, last
+        ids = out[4]["env_id"]
+        last[ids] = out[0]
+        env.send(np.zeros(len(ids), dtype=np.int64), ids)
+    pytest.fail(f"no such results within {seconds} s")
+
+
 @pytest.mark.parametrize("how, rebuilt", [("raise", ENV_5), ("exit", WORKER_1)])
 def test_restarts_in_send_recv(tmp_path, workers_seen, how, rebuilt):
     envs, pids = workers_seen
     env = FastVectorEnv(_fns(str(tmp_path / "failed"), how), num_workers=2, batch_size=4, env_failure="restart")
     envs.append(env)
     pids.update(p.pid for p in env.processes)
-    obs, _ = env.reset(seed=SEED)
-    last = obs.copy()
-    env.send(np.zeros(NUM_ENVS, dtype=np.int64))
-    deadline = time.monotonic() + 5
     # (worker 0 may step many times before worker 1's failure is seen: up to ~0.1 s)
-    while time.monotonic() < deadline:
-        obs, rewards, terminations, truncations, infos = env.recv()
-        ids = infos["env_id"]
-        if "env_restarted" in infos:
-            break
-        last[ids] = obs
-        env.send(np.zeros(len(ids), dtype=np.int64))
-    else:
-        pytest.fail("no restart reported within 5 s")
+    (obs, rewards, terminations, truncations, infos), last = _send_recv_until(env, lambda out: "env_restarted" in out[4])
+    ids = infos["env_id"]
     pids.update(p.pid for p in env.processes)
     rows = [k for k, e in enumerate(ids.tolist()) if e in rebuilt]
     assert ids.tolist() == WORKER_1 and np.flatnonzero(infos["env_restarted"]).tolist() == rows
@@ -583,3 +590,123 @@ def test_a_worker_that_dies_during_a_reset_is_started_again_and_its_envs_reset(t
         np.testing.assert_array_equal(got[3], want[3])  # (the rebuilt envs' episodes began with the others')
     assert env.restarts.tolist() == [int(e in WORKER_1) for e in range(NUM_ENVS)]
     ref.close()
+
+
+@pytest.mark.parametrize("autoreset_mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.value)
+@pytest.mark.parametrize("send_after", [False, True], ids=["recv-only", "send-first"])
+def test_a_worker_that_dies_during_async_reset_hands_back_its_envs_first_observations(
+        tmp_path, workers_seen, autoreset_mode, send_after):
+    """async_reset and recv: env 5's first reset ends its worker's process. Its envs come
+    back reset (with the seeds drawn from theirs), not truncated, with no final_obs; also
+    when the caller has already sent worker 0 its next step before the death is seen."""
+    envs, pids = workers_seen
+    marker = str(tmp_path / "failed")
+    env = FastVectorEnv([(lambda k=k: FlakyEnv(marker=marker, reset_fails=k == FAILING, reset_how="exit"))
+                         for k in range(NUM_ENVS)], num_workers=2, batch_size=4, env_failure="restart",
+                        autoreset_mode=autoreset_mode)
+    envs.append(env)
+    pids.update(p.pid for p in env.processes)
+    env.async_reset(seed=SEED)
+    seen = []
+    while WORKER_1 not in seen:
+        obs, rewards, terminations, truncations, infos = env.recv()
+        ids = infos["env_id"].tolist()
+        seen.append(ids)
+        if ids == list(range(4)):
+            if len(seen) > 1 and seen[0] == ids:  # (the step sent after its reset)
+                continue
+            for k, e in enumerate(ids):
+                np.testing.assert_array_equal(obs[k], FlakyEnv().reset(seed=SEED + e)[0])
+            if send_after:
+                env.send(np.zeros(4, dtype=np.int64), ids)
+            continue
+        pids.update(p.pid for p in env.processes)
+        assert ids == WORKER_1
+        for k, e in enumerate(ids):
+            np.testing.assert_array_equal(obs[k], FlakyEnv().reset(seed=_derived_seed(e, 1))[0])
+        assert not truncations.any() and not terminations.any() and not rewards.any()
+        assert infos["env_restarted"].all() and "final_obs" not in infos
+        assert "exited with code 4" in infos["env_error"][FAILING - 4]
+    assert env.restarts.tolist() == [int(e in WORKER_1) for e in range(NUM_ENVS)]
+
+
+def test_a_worker_restart_seen_by_another_workers_recv_is_reported_with_its_envs(tmp_path, workers_seen):
+    """send/recv, one worker's envs per recv: env 5 ends its worker's process in a step. The
+    pool may see that death while it waits for any worker, and start the worker again in a
+    recv that returns another one; the recv that returns envs 4 and 5 must still mark
+    them restarted, truncated, with their last observations."""
+    envs, pids = workers_seen
+    for trial in range(6):  # (which recv sees the death varies; one trial in two saw it elsewhere)
+        marker = str(tmp_path / f"failed{trial}")
+        env = FastVectorEnv([(lambda k=k: FlakyEnv(FAIL_AT if k == FAILING else None, "exit", marker))
+                             for k in range(NUM_ENVS)], num_workers=4, batch_size=2, env_failure="restart")
+        envs.append(env)
+        pids.update(p.pid for p in env.processes)
+        (obs, rewards, terminations, truncations, infos), last = _send_recv_until(
+            env, lambda out: FAILING in out[4]["env_id"] and out[3].any())
+        ids = infos["env_id"].tolist()
+        pids.update(p.pid for p in env.processes)
+        assert ids == [4, 5] and infos["env_restarted"].tolist() == [True, True], f"trial {trial}"
+        assert truncations.tolist() == [True, True] and rewards.tolist() == [0.0, 0.0]
+        np.testing.assert_array_equal(obs, last[ids])
+        assert env.restarts.tolist() == [int(e in (4, 5)) for e in range(NUM_ENVS)]
+        env.close()
+
+
+def test_a_rebuild_in_a_step_that_a_reset_drains_still_counts(tmp_path, workers_seen):
+    """reset() waits out a send/recv step in flight and drops its results; env 5 was rebuilt
+    in that step, which spent a restart: ``restarts`` and ``stats()`` count it."""
+    envs, pids = workers_seen
+    marker = str(tmp_path / "failed")
+    env = FastVectorEnv([(lambda k=k: FlakyEnv(1 if k == FAILING else None, "raise", marker)) for k in range(NUM_ENVS)],
+                        num_workers=2, batch_size=4, env_failure="restart")
+    envs.append(env)
+    pids.update(p.pid for p in env.processes)
+    env.reset(seed=SEED)
+    env.send(np.zeros(NUM_ENVS, dtype=np.int64))
+    while not os.path.exists(marker):
+        time.sleep(0.01)
+    env.reset(seed=SEED)
+    assert env.restarts.tolist() == [int(e == FAILING) for e in range(NUM_ENVS)]
+    assert env.stats()["restarts"] == 1
+
+
+@pytest.mark.parametrize("autoreset_mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.value)
+@pytest.mark.parametrize("how, rebuilt", [("raise", ENV_5), ("exit", WORKER_1)])
+def test_restarts_keep_text_observations(tmp_path, workers_seen, autoreset_mode, how, rebuilt):
+    """A Dict observation with a Text leaf (MiniGrid's "mission"), which Gymnasium batches as
+    a tuple of strings: send/recv and step work, and a rebuilt env reports its last
+    observation (NEXT_STEP) or its new first one (SAME_STEP, the last in final_obs)."""
+    from toy_envs import TextObsEnv
+
+    envs, pids = workers_seen
+    marker = str(tmp_path / "failed")
+    fns = [(lambda k=k: TextObsEnv(FlakyEnv(FAIL_AT if k == FAILING else None, how, marker))) for k in range(NUM_ENVS)]
+    env = FastVectorEnv(fns, num_workers=2, batch_size=4, env_failure="restart", autoreset_mode=autoreset_mode)
+    envs.append(env)
+    pids.update(p.pid for p in env.processes)
+    env.async_reset(seed=SEED)
+    for _ in range(2):
+        obs = env.recv()[0]
+        assert isinstance(obs["mission"], tuple) and len(obs["mission"]) == 4
+    env.close()
+    env = FastVectorEnv(fns, num_workers=2, env_failure="restart", autoreset_mode=autoreset_mode)
+    envs.append(env)
+    pids.update(p.pid for p in env.processes)
+    obs, _ = env.reset(seed=SEED)
+    for _ in range(FAIL_AT - 1):
+        obs, *_ = env.step(np.zeros(NUM_ENVS, dtype=np.int64))
+    last = obs
+    obs, rewards, terminations, truncations, infos = env.step(np.zeros(NUM_ENVS, dtype=np.int64))
+    pids.update(p.pid for p in env.processes)
+    assert np.flatnonzero(infos["env_restarted"]).tolist() == rebuilt
+    assert isinstance(obs["mission"], tuple) and len(obs["mission"]) == NUM_ENVS
+    for e in rebuilt:
+        if autoreset_mode is AutoresetMode.SAME_STEP:
+            first, _ = TextObsEnv(FlakyEnv()).reset(seed=_derived_seed(e, 1))
+            assert obs["mission"][e] == first["mission"]
+            np.testing.assert_array_equal(obs["x"][e], first["x"])
+            assert infos["final_obs"][e]["mission"] == last["mission"][e]
+        else:
+            assert obs["mission"][e] == last["mission"][e]
+            np.testing.assert_array_equal(obs["x"][e], last["x"][e])

@@ -336,3 +336,15 @@ class Mixed:
 
     def close(self):
         pass
+
+
+class TextObsEnv(gym.ObservationWrapper):
+    """``env``'s Box observations as a Dict with a Text leaf, as MiniGrid's "mission" (drawn
+    from the observation, so that it changes every step)."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.observation_space = spaces.Dict({"x": env.observation_space, "mission": spaces.Text(20)})
+
+    def observation(self, obs):
+        return {"x": obs, "mission": f"go to {int(abs(obs[0]) * 99)}"}

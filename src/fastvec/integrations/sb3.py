@@ -164,7 +164,7 @@ class SB3VecEnv(VecEnv):
             if obs is None:
                 obs = copy_batch(group_obs)
             else:
-                put_rows(obs, mask, group_obs, mask)
+                obs = put_rows(obs, mask, group_obs, mask)
             for j, info in enumerate(_split_infos(infos, self.num_envs, fill=True)):
                 if mask[j]:
                     self.reset_infos[j] = info
@@ -240,7 +240,7 @@ class SB3VecEnv(VecEnv):
                     sb3_infos[i]["terminal_observation"] = _tree_row(obs, i)
                 reset_obs, reset_infos = self.vector_env.reset(options={"reset_mask": dones.copy()})
                 # Only the finished rows are new; with copy=False both may be the same buffer.
-                put_rows(obs, dones, reset_obs, dones)
+                obs = put_rows(obs, dones, reset_obs, dones)
                 split = _split_infos(reset_infos, self.num_envs)
                 for i in done_idx:
                     self.reset_infos[i] = split.get(i, {})

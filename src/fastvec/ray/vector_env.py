@@ -497,7 +497,10 @@ class RayVectorEnv(WorkerVectorEnv):
                               f"{restarts.counts.tolist()}); the last failure: {last_error}. The vector env is closed.")
         if restarts.unreported:
             rows_of = None if env_ids is None else {int(e): k for k, e in enumerate(env_ids)}
-            obs, infos = restarts.report(obs, last, infos, rows_of, same_step=self.autoreset_mode is AutoresetMode.SAME_STEP)
+            num_rows = self.num_envs if env_ids is None else len(env_ids)
+            obs, infos = restarts.report(obs, last, infos, num_rows, rows_of,
+                                         same_step=self.autoreset_mode is AutoresetMode.SAME_STEP,
+                                         space=self.single_observation_space)
         return obs, infos
 
     def _observations(self):
@@ -790,7 +793,7 @@ class RayVectorEnv(WorkerVectorEnv):
             self._died(k, None, error, final=True)
         out = self._out.pop(k)
         envs = list(range(self._starts[k], self._stops[k]))
-        restarts.record(envs, error, "")
+        restarts.record(envs, error, "", in_reset=out[0] != "step")
         try:
             ray.kill(self._actors[k], no_restart=True)
         except Exception:

@@ -247,7 +247,7 @@ class WorkerPool:
         default: env k). The caller's own share, if any, runs at the next wait, with its
         rows of ``direct`` (every env's actions, as they went into the slabs) when given."""
         self.forget_abandoned(workers)
-        self.step_started(time.perf_counter())
+        self.step_started(time.perf_counter(), workers)
         self._sent_at[workers] = self._step_sent
         all_workers = self.workers
         workers = _sync.sleepers_here_last(self.ctrl, list(workers))
@@ -325,8 +325,9 @@ class WorkerPool:
         self._last_done_cpu = time.process_time()
         self._wait_mean += 0.125 * (min(now - started, 4 * MAX_TAIL_SPIN_S) - self._wait_mean)
 
-    def step_started(self, now: float) -> None:
-        """A step's commands are about to go out at ``now``. Publish how long the caller spends
+    def step_started(self, now: float, workers=None) -> None:
+        """A step's commands are about to go out at ``now`` (to ``workers``; default: all;
+        with send/recv the others may still have a reset out). Publish how long the caller spends
         between steps keeping more than one core busy, so that workers waiting for the next
         step spin only while that is short (StepServer.serve); then hand back the idle
         threads of the caller's OpenMP runtimes that the step is not parked in
@@ -339,7 +340,11 @@ class WorkerPool:
         OpenMP thread that has to share a core with a stepping worker can take milliseconds
         to leave, and the caller waits for it (``docs/vector.md``)."""
         self._in_step = True
-        self._resets_out.clear()
+        if workers is None or not self._resets_out:
+            self._resets_out.clear()
+        else:
+            for w in workers:
+                self._resets_out.pop(w, None)
         self._step_sent = now
         wall = None if self._last_done is None else now - self._last_done
         if wall is not None:
@@ -537,10 +542,10 @@ class WorkerPool:
             if not restart:
                 raise died
             if self._restartable():
-                if self._in_step:
-                    self.restart_worker(w, str(died), "")
-                else:
+                if w in self._resets_out:
                     self._restart_worker_in_reset(w, str(died))
+                else:
+                    self.restart_worker(w, str(died), "")
                 return
         self.shutdown(terminate=True)
         raise worker_died(w, self.env_range(w), code)
@@ -608,7 +613,7 @@ class WorkerPool:
         fails would fail again) or that reset fails."""
         envs = list(range(self.starts[w], self.stops[w]))
         self._in_step = False  # (a failure from here on is the new worker's start: it raises)
-        new = self._replace_process(w, envs, error, trace)
+        new = self._replace_process(w, envs, error, trace, in_reset=False)
         block = self._buffers[0]
         rows = slice(self.starts[w], self.stops[w])
         if self._autoreset_mode is AutoresetMode.SAME_STEP:
@@ -636,17 +641,17 @@ class WorkerPool:
         them in the reset's infos). The wait for the reset goes on with the new process."""
         envs = list(range(self.starts[w], self.stops[w]))
         _, options, _ = self._resets_out.pop(w)
-        new = self._replace_process(w, envs, error, "")
+        new = self._replace_process(w, envs, error, "", in_reset=True)
         again = ([None] * len(envs), options, None)  # (None: each env's derived seed)
         new.dispatch("reset", again)
         self._resets_out[w] = again
 
-    def _replace_process(self, w: int, envs: list[int], error: str, trace: str) -> RemoteWorker:
-        """Record the failure of worker ``w`` (envs ``envs``), end its process and start a new
-        one that builds the envs again (their next resets seeded from their derived seeds) and
+    def _replace_process(self, w: int, envs: list[int], error: str, trace: str, in_reset: bool) -> RemoteWorker:
+        """Record the failure of worker ``w`` (envs ``envs``; ``in_reset``: during a reset), end
+        its process and start a new one that builds the envs again (their next resets seeded from their derived seeds) and
         maps the shared block. Raises, closing the pool, if the new process fails to start."""
         old = self.workers[w]
-        self.restarts.record(envs, error, trace, worker=w)
+        self.restarts.record(envs, error, trace, worker=w, in_reset=in_reset)
         old.forget()
         end_workers([old], [], [], timeout=0.0)
         self.ctrl[w, :] = 0  # (no command out: the row as a new worker expects it)

@@ -73,8 +73,9 @@ class Restarts:
         self.total = 0  # failures recovered from
         #: each env's seed from its last seeded reset (None: never seeded)
         self.seeds: list[int | None] = [None] * num_envs
-        #: (env indices, error text) of the worker restarts the next results report
-        self.unreported: list[tuple[list[int], str]] = []
+        #: (env indices, error text, whether during a reset) of the worker restarts the
+        #: results to come report
+        self.unreported: list[tuple[list[int], str, bool]] = []
         #: the statistics region the restarts are also counted in (FastVectorEnv(stats=True))
         self.stats = None
 
@@ -88,14 +89,16 @@ class Restarts:
         """What the worker process of envs ``[first, stop)`` is told (see :class:`RestartState`)."""
         return RestartState(self.seeds[first:stop], self.counts[first:stop].tolist(), rebuilt)
 
-    def record(self, envs: list[int], error: str, trace: str, worker: int | None = None) -> None:
+    def record(self, envs: list[int], error: str, trace: str, worker: int | None = None,
+               in_reset: bool = False) -> None:
         """The worker process of ``envs`` (worker ``worker``) failed with ``error`` (``trace``:
-        its traceback, if it sent one) and is started again with them."""
+        its traceback, if it sent one) during a step (or, ``in_reset``, a reset, which its
+        new process then does again) and is started again with them."""
         self.total += 1
         self.counts[envs] += 1
         if self.stats is not None:
             self.stats.count_restart(envs, worker)
-        self.unreported.append((list(envs), error))
+        self.unreported.append((list(envs), error, in_reset))
         logger.warning("%s restarts the %s of envs %s after: %s\n%s", self.owner, self.part, envs, error, trace)
 
     def learn(self, infos: dict, env_of_row: Any = None) -> None:
@@ -112,43 +115,43 @@ class Restarts:
                 self.stats.count_restart([env])
             logger.warning("%s: env %d was rebuilt after: %s", self.owner, env, infos["env_error"][row])
 
-    def report(self, obs: Any, last_obs: Any, infos: dict, rows_of: dict | None = None,
-               same_step: bool = False) -> tuple[Any, dict]:
+    def report(self, obs: Any, last_obs: Any, infos: dict, num_rows: int, rows_of: dict | None = None,
+               same_step: bool = False, space: Any = None) -> tuple[Any, dict]:
         """Mark the worker restarts since the last results in one step's results: the
         rebuilt envs' rows of ``obs`` become their observations before the failure (from
         ``last_obs``), and ``infos`` gains (or adds these rows to) ``env_restarted`` (bool)
         and ``env_error`` (the error's text), each with its mask, as an env's own
         ``{"env_restarted": True, "env_error": text}`` info would. With ``same_step``
         (SAME_STEP autoreset) the rows keep the rebuilt envs' first observations, and the
-        last ones go to ``final_obs``, the restart infos to ``final_info`` too.
-        ``rows_of``: env index -> output row (default: the same). Returns the observations
-        and the infos."""
-        pending = [(env, error) for envs, error in self.unreported for env in envs]
-        self.unreported = []
-        rows, envs, errors = [], [], []
-        for env, error in pending:
-            row = env if rows_of is None else rows_of.get(env)
-            if row is not None:
-                rows.append(row)
-                envs.append(env)
-                errors.append(error)
-        if not rows:
+        last ones go to ``final_obs``, the restart infos to ``final_info`` too. Envs whose
+        worker failed during a reset keep the observations of the reset done again, and
+        gain the restart infos only. ``num_rows``: the rows of the results; ``rows_of``: env index -> output row
+        (default: the same), the envs not in it stay unreported for the results that
+        bring them; ``space``: one env's observation space. Returns the observations and
+        the infos."""
+        found, kept = [], []
+        for failed, error, in_reset in self.unreported:
+            for env in failed:
+                row = env if rows_of is None else rows_of.get(env)
+                if row is None:
+                    kept.append(([env], error, in_reset))
+                else:
+                    found.append((row, env, error, in_reset))
+        self.unreported = kept
+        if not found:
             return obs, infos
-        batch = InfoBatch(len(_first_leaf(obs)))
-        for row, env, error in zip(rows, envs, errors):
+        batch = InfoBatch(num_rows)
+        stepped_rows, stepped_envs = [], []
+        for row, env, error, in_reset in found:
             # (the dicts a worker's own rebuild of the env adds, see _Worker.rebuild_env)
             restarted = {"env_restarted": True, "env_error": error}
-            if same_step:
-                final_obs = None if last_obs is None else row_of(last_obs, env)
+            if same_step and not in_reset:
+                final_obs = None if last_obs is None else row_of(last_obs, env, space)
                 infos = batch._add_info(infos, {"final_obs": final_obs, "final_info": restarted}, row)
             infos = batch._add_info(infos, restarted, row)
-        if not same_step and last_obs is not None:
-            put_rows(obs, rows, last_obs, envs)
+            if not in_reset:
+                stepped_rows.append(row)
+                stepped_envs.append(env)
+        if not same_step and last_obs is not None and stepped_rows:
+            obs = put_rows(obs, stepped_rows, last_obs, stepped_envs, space)
         return obs, infos
-
-
-def _first_leaf(obs: Any):
-    """The first array of a batch of observations (its length is the batch's)."""
-    while isinstance(obs, (dict, tuple)):
-        obs = next(iter(obs.values())) if isinstance(obs, dict) else obs[0]
-    return obs

@@ -523,9 +523,10 @@ class FastVectorEnv(WorkerVectorEnv):
         obs, rewards, terminations, truncations, infos = results
         self._restarts.learn(infos)
         if self._restarts.unreported:
-            obs, infos = self._restarts.report(obs, self._last_obs, infos, same_step=self._same_step)
+            obs, infos = self._restarts.report(obs, self._last_obs, infos, self.num_envs, same_step=self._same_step,
+                                               space=self.single_observation_space)
         if self._last_obs is not None:
-            self._last_obs = copy_batch(obs)
+            self._last_obs = copy_batch(obs, self.single_observation_space)
         return obs, rewards, terminations, truncations, infos
 
     def _start_steps(self, workers, per_env: list | None, env_ids=None) -> None:
@@ -578,9 +579,9 @@ class FastVectorEnv(WorkerVectorEnv):
         if self._restarts is not None:
             self._restarts.learn(infos)  # (envs rebuilt because their reset raised)
             if self._restarts.unreported:  # (workers whose process ended during the reset)
-                obs, infos = self._restarts.report(obs, None, infos)
+                obs, infos = self._restarts.report(obs, None, infos, self.num_envs, space=self.single_observation_space)
         if self._last_obs is not None:
-            self._last_obs = copy_batch(obs)
+            self._last_obs = copy_batch(obs, self.single_observation_space)
         return obs, infos
 
     # -- async: send / recv ------------------------------------------------------------
@@ -650,10 +651,12 @@ class FastVectorEnv(WorkerVectorEnv):
             env_list = env_ids.tolist()
             self._restarts.learn(infos, env_ids)
             if self._restarts.unreported:
-                obs, infos = self._restarts.report(obs, self._last_obs, infos, {e: k for k, e in enumerate(env_list)},
-                                                   same_step=self._same_step)
+                obs, infos = self._restarts.report(obs, self._last_obs, infos, len(env_list),
+                                                   {e: k for k, e in enumerate(env_list)}, same_step=self._same_step,
+                                                   space=self.single_observation_space)
             if self._last_obs is not None:
-                put_rows(self._last_obs, env_list, obs, list(range(len(env_list))))
+                self._last_obs = put_rows(self._last_obs, env_list, obs, list(range(len(env_list))),
+                                          self.single_observation_space)
         return (
             obs,
             staging.rewards[rows].copy() if contiguous else staging.rewards[rows],
@@ -663,10 +666,15 @@ class FastVectorEnv(WorkerVectorEnv):
         )
 
     def _drain(self, timeout: float | None = None, caller: str = "recv") -> None:
-        """Wait out send/recv commands still in flight (their results are dropped)."""
+        """Wait out send/recv commands still in flight (their results are dropped, but the
+        envs a worker rebuilt in them are counted, as their restarts were spent)."""
         if not self._inflight.any():
             return
-        self._pool.wait(self._inflight.copy(), timeout, caller)
+        drained = self._inflight.copy()
+        replies, infos_seen = self._pool.wait(drained, timeout, caller)
+        if self._restarts is not None:
+            env_ids = np.concatenate([np.arange(self._starts[w], self._stops[w]) for w in np.flatnonzero(drained)])
+            self._restarts.learn(self._staging.take_replies(replies, env_ids, infos_seen), env_ids)
         self._inflight[:] = 0
         self._envs_out = 0
         self._ready[:] = 1
