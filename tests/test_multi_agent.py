@@ -383,6 +383,62 @@ def test_a_masked_reset_resets_only_its_envs_and_keeps_the_others_agents(per):
             envs.reset(options={"reset_mask": np.ones(5, bool)})
 
 
+def test_a_masked_async_reset_keeps_the_agents_of_the_envs_it_left():
+    """async_reset with a ``reset_mask``, then recv (one worker's two envs): env 0 is reset
+    (a2 absent again), env 1, in the same worker, keeps its three agents, present and not
+    terminated, as the synchronous masked reset keeps them."""
+    with MultiAgentVectorEnv([Arena] * 4, num_workers=2, batch_size=2) as envs:
+        envs.reset(seed=0)
+        for _ in range(2):  # (a2 comes at step 2)
+            envs.send(np.zeros(12, np.int64))
+            envs.recv(), envs.recv()
+        assert envs.agent_mask.all()
+        envs.async_reset(seed=100, options={"reset_mask": np.array([True, False, False, False])})
+        _, _, terminated, _, infos = envs.recv()  # (worker 1 has nothing to reset: nothing to recv)
+        mask = infos["agent_mask"]
+        assert infos["env_id"].tolist() == list(range(6)) and mask.tolist() == [True, True, False, True, True, True]
+        assert terminated.tolist() == [False, False, True, False, False, False]
+        assert envs.agent_mask.tolist() == [True, True, False] + [True] * 9
+
+
+def test_a_masked_reset_that_leaves_out_envs_in_flight_raises():
+    """A reset whose mask leaves out an env still stepping (send/recv) would drop that
+    step's results: it raises AlreadyPendingCallError, and the env's step still arrives."""
+    from gymnasium.error import AlreadyPendingCallError
+
+    with MultiAgentVectorEnv([Arena] * 4, num_workers=2, batch_size=2) as envs:
+        envs.reset(seed=0)
+        envs.send(np.zeros(12, np.int64))
+        first = envs.recv()[4]["env_id"].tolist()
+        mask = np.zeros(4, bool)
+        mask[first[0] // 3] = True
+        with pytest.raises(AlreadyPendingCallError, match="recv"):
+            envs.reset(options={"reset_mask": mask})
+        rest = envs.recv()
+        assert sorted(first + rest[4]["env_id"].tolist()) == list(range(12)) and rest[1].any()
+        envs.reset(options={"reset_mask": mask})  # (nothing in flight now)
+
+
+def test_same_step_final_info_holds_each_rows_agent_mask_on_the_last_step():
+    """SAME_STEP: the step that ends an env has ``final_info`` (and ``_final_info``) by row,
+    with each agent's presence on that step: a1, terminated at step 4, is absent from it."""
+    with MultiAgentVectorEnv([Arena] * 2, num_workers=1, autoreset_mode=AutoresetMode.SAME_STEP) as envs:
+        envs.reset(seed=0)
+        lengths = envs.get_attr("length")
+        for t in range(1, 9):
+            obs, rewards, terminated, truncated, infos = envs.step(np.zeros(6, np.int64))
+            ended = [e for e in range(2) if lengths[3 * e] == t]
+            if not ended:
+                assert "final_info" not in infos
+                continue
+            rows = [3 * e + a for e in ended for a in range(3)]
+            assert np.flatnonzero(infos["_final_info"]).tolist() == rows
+            final = infos["final_info"]
+            assert np.flatnonzero(final["_agent_mask"]).tolist() == rows
+            assert final["agent_mask"][rows].tolist() == [True, t < 4, True] * len(ended)
+            lengths = [n if n != t else None for n in lengths]
+
+
 def test_a_masked_reset_keeps_checking_padded_actions_of_the_envs_it_left():
     """After a reset of env 0 alone, env 1's agents are still there: a padding action given to
     one of them is refused (ValueError), not passed to the env."""

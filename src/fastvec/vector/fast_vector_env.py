@@ -553,6 +553,14 @@ class FastVectorEnv(WorkerVectorEnv):
         self._assert_no_pending_call("reset_async", period=False)
         seeds = seeds_per_env(seed, self.num_envs)
         options, mask = split_reset_options(options, self.num_envs)
+        if mask is not None and self._inflight.any():
+            left = [w for w in np.flatnonzero(self._inflight).tolist()
+                    if not np.asarray(mask[self._starts[w]:self._stops[w]]).all()]
+            if left:
+                # (the drain below would drop the results of envs this reset does not reset)
+                raise AlreadyPendingCallError(
+                    f"the envs of workers {left} are stepping and the reset_mask does not reset them all: "
+                    f"recv() them before a masked reset", "recv")
         if self._restarts is not None:
             self._restarts.remember_seeds([s if mask is None or mask[k] else None for k, s in enumerate(seeds)])
         self._drain()

@@ -33,7 +33,8 @@ class MultiAgentVectorEnv(VectorEnv):
     present. An env ends once none of its agents is left, or all that reported are
     terminated or truncated; its rows then autoreset as ``autoreset_mode`` says (NEXT_STEP:
     the next step returns its reset; SAME_STEP: at once, the last observations in
-    ``infos["final_obs"]`` row by row). No ``black_death`` wrapper is needed.
+    ``infos["final_obs"]`` row by row, and ``infos["final_info"]["agent_mask"]`` the agents
+    present on that last step). No ``black_death`` wrapper is needed.
 
     Example (a two-agent env written here; PettingZoo's own envs work the same way):
         >>> import numpy as np
@@ -157,6 +158,8 @@ class MultiAgentVectorEnv(VectorEnv):
         # the envs recv() handed back (or reset() returned) that have not been sent actions
         # since: the default of send's env_ids
         self._ready_envs = np.zeros(self.num_parallel_envs, bool)
+        # envs an async_reset with a reset_mask left alone, until recv hands them back
+        self._kept_envs = np.zeros(self.num_parallel_envs, bool)
         self.num_envs = self.num_parallel_envs * self.num_agents
         # env i's row indices: _env_rows[i]
         self._env_rows = np.arange(self.num_envs, dtype=np.int64).reshape(self.num_parallel_envs, self.num_agents)
@@ -229,10 +232,13 @@ class MultiAgentVectorEnv(VectorEnv):
         """Start resetting every env (env ``i`` with ``seed + i``); their first observations
         come from :meth:`recv`, ``batch_size`` envs at a time (``options["reset_mask"]``: as
         :meth:`reset`'s)."""
+        env_mask = None
         if options is not None and "reset_mask" in options:
-            options = {**options, "reset_mask": self._env_reset_mask(options["reset_mask"])}
+            env_mask = self._env_reset_mask(options["reset_mask"])
+            options = {**options, "reset_mask": env_mask}
         self._envs.async_reset(seed=self._env_seeds(seed), options=options)
         self._ready_envs[:] = False
+        self._kept_envs[:] = False if env_mask is None else ~np.asarray(env_mask, bool)
 
     def send(self, actions, env_ids=None) -> None:
         """Start stepping the envs of the rows ``env_ids`` with ``actions`` (one per row, in
@@ -282,6 +288,13 @@ class MultiAgentVectorEnv(VectorEnv):
             rows = self._rows_of(envs)
         self._remember_rows(rows, envs)
         rewards, terminated, truncated, mask = self._agent_results(infos, env_truncated, rows)
+        kept = self._kept_envs[envs]
+        if kept.any():  # (envs a masked async_reset left alone: their agents as they were)
+            mask = mask.copy()
+            mask[kept] = self.agent_mask.reshape(self.num_parallel_envs, self.num_agents)[envs[kept]]
+            terminated = terminated.copy()
+            terminated[kept] = ~mask[kept]
+            self._kept_envs[envs] = False
         self.agent_mask[rows] = mask.reshape(-1)
         self._ready_envs[envs] = True
         row_infos = self._row_infos(infos, mask, rows)
@@ -530,7 +543,7 @@ class MultiAgentVectorEnv(VectorEnv):
     def _row_infos(self, infos: dict, mask: np.ndarray, rows: np.ndarray | None = None) -> dict:
         """The infos of the envs of ``rows`` (default: every row) by row: ``mask`` (the
         (envs, agents) agent mask) and the per-agent arrays reshaped; ``final_obs`` split into
-        its agents' rows (SAME_STEP)."""
+        its agents' rows, and ``final_info`` by row (SAME_STEP)."""
         count = self.num_envs if rows is None else len(rows)
         # (the infos' arrays are this call's own: agent_mask goes out as it is, and the
         # attribute keeps a copy)
@@ -545,13 +558,30 @@ class MultiAgentVectorEnv(VectorEnv):
             for e in np.flatnonzero(ended).tolist():
                 last = infos["final_obs"][e]
                 for a in range(self.num_agents):
-                    final_obs[e * self.num_agents + a] = row_of(last, a)
+                    final_obs[e * self.num_agents + a] = row_of(last, a, self.single_observation_space)
             out["final_obs"] = final_obs
             out["_final_obs"] = np.repeat(ended, self.num_agents)
+            out["final_info"] = self._final_row_infos(infos.get("final_info", {}), ended)
+            out["_final_info"] = out["_final_obs"].copy()
         for key in ("env_restarted", "env_error"):
             if key in infos:
                 out[key] = np.repeat(infos[key], self.num_agents)
                 out[f"_{key}"] = np.repeat(infos[f"_{key}"], self.num_agents)
+        return out
+
+    def _final_row_infos(self, final: dict, ended: np.ndarray) -> dict:
+        """SAME_STEP's ``final_info`` by row, for the envs ``ended``: each agent's presence
+        on the step that ended its env (``agent_mask``), and the restart infos of an env
+        rebuilt in it, each with its mask."""
+        out: dict[str, Any] = {}
+        rows_ended = np.repeat(ended, self.num_agents)
+        if "agent_mask" in final:
+            out["agent_mask"] = np.asarray(final["agent_mask"], bool).reshape(-1) & rows_ended
+            out["_agent_mask"] = rows_ended.copy()
+        for key in ("env_restarted", "env_error"):
+            if key in final:
+                out[key] = np.repeat(final[key], self.num_agents)
+                out[f"_{key}"] = np.repeat(final[f"_{key}"], self.num_agents)
         return out
 
     def __repr__(self) -> str:
