@@ -710,3 +710,47 @@ def test_restarts_keep_text_observations(tmp_path, workers_seen, autoreset_mode,
         else:
             assert obs["mission"][e] == last["mission"][e]
             np.testing.assert_array_equal(obs["x"][e], last["x"][e])
+
+
+class _InPlaceEnv(FlakyEnv):
+    """Returns its own state array, which each step changes in place; env FAILING raises at
+    step FAIL_AT after that change (a physics update, then a check that fails)."""
+
+    def __init__(self, fails: bool):
+        super().__init__()
+        self.fails, self.state = fails, np.zeros(3, np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        self.state[:] = 0
+        self.t = 0
+        return self.state, {}
+
+    def step(self, action):
+        self.t += 1
+        self.state += 0.1
+        if self.fails and self.t == FAIL_AT:
+            raise ValueError("diverged")
+        return self.state, 1.0, False, False, {}
+
+
+@pytest.mark.parametrize("batch_size", [None, 4], ids=["step", "send-recv"])
+def test_a_rebuilt_env_reports_the_observation_the_caller_last_got(workers_seen, batch_size):
+    """NEXT_STEP: an env whose step changed its observation array in place and then raised
+    reports the observation the vector env last returned for it, not the changed array."""
+    envs, pids = workers_seen
+    env = FastVectorEnv([(lambda k=k: _InPlaceEnv(k == FAILING)) for k in range(NUM_ENVS)], num_workers=2,
+                        batch_size=batch_size, env_failure="restart")
+    envs.append(env)
+    pids.update(p.pid for p in env.processes)
+    if batch_size is None:
+        obs, _ = env.reset(seed=SEED)
+        for _ in range(FAIL_AT - 1):
+            obs, *_ = env.step(np.zeros(NUM_ENVS, dtype=np.int64))
+        last, (obs, _, _, truncations, infos) = obs, env.step(np.zeros(NUM_ENVS, dtype=np.int64))
+        row = FAILING
+    else:
+        (obs, _, _, truncations, infos), last = _send_recv_until(env, lambda out: "env_restarted" in out[4])
+        row = infos["env_id"].tolist().index(FAILING)
+    assert infos["env_restarted"][row] and truncations[row]
+    np.testing.assert_allclose(last[FAILING], 0.1 * (FAIL_AT - 1), rtol=1e-6)
+    np.testing.assert_array_equal(obs[row], last[FAILING])

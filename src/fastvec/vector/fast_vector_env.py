@@ -522,12 +522,27 @@ class FastVectorEnv(WorkerVectorEnv):
         marked (see ``env_failure``), and every env's observation kept for the next one."""
         obs, rewards, terminations, truncations, infos = results
         self._restarts.learn(infos)
+        obs = self._last_of_rebuilt(obs, truncations, infos)
         if self._restarts.unreported:
             obs, infos = self._restarts.report(obs, self._last_obs, infos, self.num_envs, same_step=self._same_step,
                                                space=self.single_observation_space)
         if self._last_obs is not None:
             self._last_obs = copy_batch(obs, self.single_observation_space)
         return obs, rewards, terminations, truncations, infos
+
+    def _last_of_rebuilt(self, obs, truncations: np.ndarray, infos: dict, env_ids: list | None = None):
+        """NEXT_STEP and DISABLED: the rows of the envs a worker rebuilt after their step raised
+        (``env_restarted`` and truncated) get the observations this vector env last returned
+        for them, which it kept: the env's own array may have changed in place before it
+        raised. ``env_ids``: the env of each row (default: row k is env k)."""
+        flags = infos.get("env_restarted")
+        if flags is None or self._same_step or self._last_obs is None:
+            return obs
+        rows = np.flatnonzero(np.asarray(flags, bool) & np.asarray(truncations, bool)).tolist()
+        if not rows:
+            return obs
+        envs = rows if env_ids is None else [env_ids[r] for r in rows]
+        return put_rows(obs, rows, self._last_obs, envs, self.single_observation_space)
 
     def _start_steps(self, workers, per_env: list | None, env_ids=None) -> None:
         if per_env is None:
@@ -658,6 +673,7 @@ class FastVectorEnv(WorkerVectorEnv):
         if self._restarts is not None:
             env_list = env_ids.tolist()
             self._restarts.learn(infos, env_ids)
+            obs = self._last_of_rebuilt(obs, staging.truncations[rows], infos, env_list)
             if self._restarts.unreported:
                 obs, infos = self._restarts.report(obs, self._last_obs, infos, len(env_list),
                                                    {e: k for k, e in enumerate(env_list)}, same_step=self._same_step,
