@@ -40,10 +40,19 @@ class Reference:
         self.absent = _absent_of(self.envs[0].observation_space(self.agents[0]))
         self.mode = mode
         self.needs_reset = [False] * n
+        #: each row's infos from the ParallelEnv after the last reset or step ({}: none), and
+        #: SAME_STEP's final infos of the rows of the envs that step ended
+        self.infos: list[dict] = [{} for _ in range(n * len(self.agents))]
+        self.final_infos: dict[int, dict] = {}
 
     def _reset_env(self, e: int, seed):
-        obs, _ = self.envs[e].reset(seed=seed)
+        obs, infos = self.envs[e].reset(seed=seed)
+        self._keep_infos(e, infos)
         return [obs.get(a, self.absent) for a in self.agents], [a in obs for a in self.agents]
+
+    def _keep_infos(self, e: int, infos: dict) -> None:
+        A = len(self.agents)
+        self.infos[e * A:(e + 1) * A] = [dict(infos.get(a, {})) for a in self.agents]
 
     def reset(self, seed: int):
         out, mask = [], []
@@ -57,6 +66,7 @@ class Reference:
     def step(self, actions):
         A = len(self.agents)
         obs, rewards, terminated, truncated, mask, final_obs = [], [], [], [], [], {}
+        self.final_infos = {}
         for e, env in enumerate(self.envs):
             if self.needs_reset[e]:  # NEXT_STEP: this step is the env's reset
                 rows, m = self._reset_env(e, None)
@@ -68,7 +78,8 @@ class Reference:
                 self.needs_reset[e] = False
                 continue
             acts = {a: actions[e * A + i] for i, a in enumerate(self.agents) if a in env.agents}
-            o, r, te, tr, _ = env.step(acts)
+            o, r, te, tr, step_infos = env.step(acts)
+            self._keep_infos(e, step_infos)
             rows = [o.get(a, self.absent) for a in self.agents]
             rew = [float(r.get(a, 0.0)) for a in self.agents]
             ter = [bool(te[a]) if a in o else True for a in self.agents]
@@ -78,6 +89,7 @@ class Reference:
             if done and self.mode is AutoresetMode.SAME_STEP:
                 for i in range(A):
                     final_obs[e * A + i] = rows[i]
+                    self.final_infos[e * A + i] = self.infos[e * A + i]
                 rows, m = self._reset_env(e, None)
             elif done and self.mode is AutoresetMode.NEXT_STEP:
                 self.needs_reset[e] = True
@@ -87,6 +99,23 @@ class Reference:
             truncated += tru
             mask += m
         return obs, rewards, terminated, truncated, mask, final_obs
+
+
+#: the row infos MultiAgentVectorEnv adds of its own
+OWN_KEYS = {"agent_mask", "action_mask", "final_obs", "final_info", "env_id", "env_restarted", "env_error"}
+
+
+def _assert_agent_infos(got: dict, want: list[dict], where: str) -> None:
+    """The ParallelEnvs' per-agent infos in ``got`` (row infos), against ``want`` (each row's
+    info dict): each key's value where the agent gave it, and its mask."""
+    keys = {key for info in want for key in info}
+    for key in {key for key in got if not key.startswith("_")} - OWN_KEYS - keys:  # (other envs' keys)
+        assert not got[f"_{key}"].any(), f"{where} {key}"
+    for key in keys:
+        assert got[f"_{key}"].tolist() == [key in info for info in want], f"{where} _{key}"
+        for i, info in enumerate(want):
+            if key in info:
+                assert got[key][i] == info[key], f"{where} {key} row {i}"
 
 
 def _stack(rows, dict_obs):
@@ -116,6 +145,7 @@ def _run_against_reference(make, n, mode, steps, dict_obs, sample, reference_mak
         rows, mask = ref.reset(11)
         _assert_obs(obs, rows, dict_obs, "reset")
         assert envs.agent_mask.tolist() == mask and infos["agent_mask"].tolist() == mask
+        _assert_agent_infos(infos, ref.infos, "reset")
         seen_absent = seen_final = 0
         for t in range(steps):
             actions = sample(n * A)
@@ -127,10 +157,16 @@ def _run_against_reference(make, n, mode, steps, dict_obs, sample, reference_mak
             assert terminated.tolist() == ter, where
             assert truncated.tolist() == tru, where
             assert envs.agent_mask.tolist() == mask, where
+            _assert_agent_infos(infos, ref.infos, where)
             seen_absent += mask.count(False)
             if mode is AutoresetMode.SAME_STEP:
                 got_final = {int(i) for i in np.flatnonzero(infos.get("_final_obs", np.zeros(n * A, bool)))}
                 assert got_final == set(final_obs), where
+                if final_obs:
+                    rows_final = sorted(final_obs)
+                    _assert_agent_infos({k: v[rows_final] for k, v in infos["final_info"].items()
+                                         if k not in ("agent_mask", "_agent_mask")},
+                                        [ref.final_infos[i] for i in rows_final], f"{where} final_info")
                 for i, last in final_obs.items():
                     _assert_obs(_stack([infos["final_obs"][i]], dict_obs), [last], dict_obs, f"{where} final {i}")
                 seen_final += len(final_obs)
@@ -145,6 +181,21 @@ def test_rows_equal_the_reference_loop(mode, dict_obs):
                                            lambda k: rng.integers(0, 3, k))
     assert absent > 0
     assert mode is AutoresetMode.NEXT_STEP or final > 0
+
+
+@pytest.mark.parametrize("send_recv", [False, True], ids=["step", "send-recv"])
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.value)
+def test_the_parallel_envs_own_infos_come_by_row(mode, send_recv):
+    """Each agent's infos from the ParallelEnv (numbers, a float only one agent gives, a
+    string on one step, a reset's) come by row, each key with its mask, as the reference's
+    per-agent dicts hold them; with SAME_STEP the ended step's go to final_info."""
+    make = functools.partial(Arena, with_infos=True)
+    run = _send_recv_against_reference if send_recv else _run_against_reference
+    if send_recv:
+        run(make, 4, mode, 30, False, lambda rng, k: rng.integers(0, 3, k))
+    else:
+        rng = np.random.default_rng(3)
+        run(make, 4, mode, 30, False, lambda k: rng.integers(0, 3, k))
 
 
 @pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.value)
@@ -515,6 +566,8 @@ def _send_recv_against_reference(make, n, mode, steps, dict_obs, sample, **kwarg
                 assert truncated[local].tolist() == tru, where
                 assert infos["agent_mask"][local].tolist() == mask, where
                 assert envs.agent_mask[e * A:(e + 1) * A].tolist() == mask, where
+                _assert_agent_infos({key: value[local] for key, value in infos.items()
+                                     if isinstance(value, np.ndarray) and key != "env_id"}, refs[e].infos, where)
                 seen_absent += mask.count(False)
                 if mode is AutoresetMode.SAME_STEP:
                     got_final = np.flatnonzero(infos.get("_final_obs", np.zeros(len(ids), bool))[local]).tolist()

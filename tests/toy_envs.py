@@ -217,14 +217,17 @@ class Arena:
     every agent left at step ``length`` (5 to 8, drawn at reset). Observations, rewards and
     the length come from the seeded RNG. ``dict_obs``: observations are
     ``{"observation": Box(3), "action_mask": MultiBinary(3)}``. ``spaces_differ``: ``a1``'s
-    observation space is wider (for the error test)."""
+    observation space is wider (for the error test). ``with_infos``: each agent's infos hold
+    ``t`` (an int), a0's also ``score`` (a float), a1's at step 3 ``note`` (a string), and a
+    reset's ``{"spawned": True}`` (else every agent's infos are empty)."""
 
     possible_agents = ["a0", "a1", "a2"]
     metadata = {"name": "arena"}
 
-    def __init__(self, dict_obs=False, spaces_differ=False):
+    def __init__(self, dict_obs=False, spaces_differ=False, with_infos=False):
         self.dict_obs = dict_obs
         self.spaces_differ = spaces_differ
+        self.with_infos = with_infos
         self.np_random = np.random.default_rng()
         self.agents: list = []
 
@@ -249,7 +252,8 @@ class Arena:
         self.t = 0
         self.length = int(self.np_random.integers(5, 9))
         self.agents = ["a0", "a1"]
-        return {a: self._obs(a) for a in self.agents}, {a: {} for a in self.agents}
+        return {a: self._obs(a) for a in self.agents}, {a: {"spawned": True} if self.with_infos else {}
+                                                         for a in self.agents}
 
     def step(self, actions):
         self.t += 1
@@ -258,13 +262,23 @@ class Arena:
         rewards = {a: float(self.t + 0.1 * actions[a] + self.possible_agents.index(a)) for a in acting}
         terminations = {a: a == "a1" and self.t == 4 for a in acting}
         truncations = {a: self.t >= self.length for a in acting}
-        infos = {a: {} for a in acting}
+        infos = {a: self._infos(a) for a in acting}
         self.agents = [a for a in acting if not (terminations[a] or truncations[a])]
         if self.t == 2 and self.t < self.length:  # a2 spawns: its first observation comes now
             self.agents.append("a2")
             obs["a2"], rewards["a2"], terminations["a2"], truncations["a2"], infos["a2"] = \
                 self._obs("a2"), 0.0, False, False, {}
         return obs, rewards, terminations, truncations, infos
+
+    def _infos(self, agent):
+        if not self.with_infos:
+            return {}
+        info = {"t": self.t}
+        if agent == "a0":
+            info["score"] = self.t * 0.5
+        if agent == "a1" and self.t == 3:
+            info["note"] = f"a1 at {self.t}"
+        return info
 
     def render(self):
         return None

@@ -26,10 +26,13 @@ import numpy as np
 from gymnasium.vector.utils import batch_space, create_empty_array
 
 
-__all__ = ["AgentRows", "INFO_KEYS"]
+__all__ = ["AgentRows", "INFO_KEYS", "AGENT_INFOS", "AGENT_INFO_GIVEN"]
 
 #: The info keys every step and reset of an AgentRows env carries, one value per agent.
 INFO_KEYS = ("agent_rewards", "agent_terminated", "agent_truncated", "agent_mask")
+#: The info keys under which the ParallelEnv's own per-agent infos travel, when it gives
+#: any: a dict of one array over the agents per key, and a dict of which agents gave it.
+AGENT_INFOS, AGENT_INFO_GIVEN = "agent_infos", "agent_info_given"
 
 
 def _is_parallel_env(env: Any) -> bool:
@@ -212,10 +215,10 @@ class AgentRows(gym.Env):
 
     # -- the Gymnasium API ------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
-        observations, _ = self.env.reset(seed=seed, options=options)
+        observations, agent_infos = self.env.reset(seed=seed, options=options)
         present = self._fill(observations)
         return self._observation(), self._infos([0.0] * self.num_agents, [not p for p in present],
-                                                [False] * self.num_agents, present)
+                                                [False] * self.num_agents, present, agent_infos)
 
     def step(self, action):
         index = self._index
@@ -226,7 +229,7 @@ class AgentRows(gym.Env):
             actions = {agent: action[index[agent]] for agent in self.env.agents}
         else:
             actions = {agent: self._action_of(action, index[agent]) for agent in self.env.agents}
-        observations, rewards, terminations, truncations, _ = self.env.step(actions)
+        observations, rewards, terminations, truncations, agent_infos = self.env.step(actions)
         n = self.num_agents
         # (Python lists over the few agents: NumPy's per-call cost is what a step pays here)
         present, reward_rows = [False] * n, [0.0] * n
@@ -246,7 +249,7 @@ class AgentRows(gym.Env):
         done = not self.env.agents or all_ended
         self._fill(observations, present, into_row=not done)
         env_truncated = done and bool(observations) and all_truncated and not any_terminated
-        infos = self._infos(reward_rows, terminated, truncated, present)
+        infos = self._infos(reward_rows, terminated, truncated, present, agent_infos)
         return (self._observation(), float(infos["agent_rewards"].sum()), done and not env_truncated, env_truncated,
                 infos)
 
@@ -307,10 +310,44 @@ class AgentRows(gym.Env):
             return tuple(self._action_of(value, i) for value in action)
         return action[i]
 
-    @staticmethod
-    def _infos(rewards, terminated, truncated, present) -> dict:
-        return {"agent_rewards": np.array(rewards, np.float64), "agent_terminated": np.array(terminated, bool),
-                "agent_truncated": np.array(truncated, bool), "agent_mask": np.array(present, bool)}
+    def _infos(self, rewards, terminated, truncated, present, agent_infos: dict | None) -> dict:
+        infos = {"agent_rewards": np.array(rewards, np.float64), "agent_terminated": np.array(terminated, bool),
+                 "agent_truncated": np.array(truncated, bool), "agent_mask": np.array(present, bool)}
+        if agent_infos and any(agent_infos.values()):  # (most envs give every agent {})
+            infos[AGENT_INFOS], infos[AGENT_INFO_GIVEN] = _per_key(agent_infos, self._index, self.num_agents)
+        return infos
+
+
+def _per_key(agent_infos: dict, index: dict, n: int) -> tuple[dict, dict]:
+    """``{agent: {key: value}}`` as ``{key: one value per agent}`` and ``{key: which agents
+    gave it}``. Numbers, and arrays of one shape, become a numeric array (zeros where an
+    agent gave none), so that they travel through the shared block; anything else an object
+    array (None where an agent gave none)."""
+    given: dict[str, list] = {}
+    for agent, info in agent_infos.items():
+        i = index.get(agent)
+        if i is None or not info:
+            continue
+        for key, value in info.items():
+            given.setdefault(key, []).append((i, value))
+    values, masks = {}, {}
+    for key, pairs in given.items():
+        rows = [i for i, _ in pairs]
+        mask = np.zeros(n, bool)
+        mask[rows] = True
+        try:
+            stacked = np.asarray([value for _, value in pairs])
+        except ValueError:  # (arrays of different shapes)
+            stacked = None
+        if stacked is not None and stacked.dtype.kind in "biuf":
+            out = np.zeros((n, *stacked.shape[1:]), stacked.dtype)
+            out[rows] = stacked
+        else:
+            out = np.full(n, None, dtype=object)
+            for i, value in pairs:
+                out[i] = value
+        values[key], masks[key] = out, mask
+    return values, masks
 
 
 def _write_rows(batch, absent, observations: dict, index: dict, present: np.ndarray) -> None:

@@ -7,7 +7,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from fastvec.vector._agent_rows import AgentRows
+from fastvec.vector._agent_rows import AGENT_INFO_GIVEN, AGENT_INFOS, AgentRows
 from fastvec.vector._batch_tree import row_of
 from fastvec.vector.fast_vector_env import FastVectorEnv, _SpacesDiffer
 
@@ -34,7 +34,8 @@ class MultiAgentVectorEnv(VectorEnv):
     terminated or truncated; its rows then autoreset as ``autoreset_mode`` says (NEXT_STEP:
     the next step returns its reset; SAME_STEP: at once, the last observations in
     ``infos["final_obs"]`` row by row, and ``infos["final_info"]["agent_mask"]`` the agents
-    present on that last step). No ``black_death`` wrapper is needed.
+    present on that last step). No ``black_death`` wrapper is needed. Each agent's own infos
+    come by row, ``infos[key]`` with its mask ``infos["_key"]`` (``docs/multiagent.md``).
 
     Example (a two-agent env written here; PettingZoo's own envs work the same way):
         >>> import numpy as np
@@ -567,7 +568,22 @@ class MultiAgentVectorEnv(VectorEnv):
             if key in infos:
                 out[key] = np.repeat(infos[key], self.num_agents)
                 out[f"_{key}"] = np.repeat(infos[f"_{key}"], self.num_agents)
+        if AGENT_INFOS in infos:
+            self._add_agent_infos(out, infos[AGENT_INFOS], infos[AGENT_INFO_GIVEN])
         return out
+
+    def _add_agent_infos(self, out: dict, values: dict, given: dict, rows_in: np.ndarray | None = None) -> None:
+        """The ParallelEnvs' own per-agent infos into ``out`` by row: each key with its mask,
+        True where that agent gave it (and, ``rows_in``, only in those rows). A key that
+        this vector env's own infos use gets the prefix ``agent_``."""
+        for key, batch in values.items():
+            if key.startswith("_"):  # (the vector env's mask of the envs that gave the key)
+                continue
+            mask = np.asarray(given[key], bool) & np.asarray(values[f"_{key}"], bool)[:, None]
+            batch = np.asarray(batch)
+            name = f"agent_{key}" if key in _OWN_INFO_KEYS else key
+            out[name] = batch.reshape(batch.shape[0] * batch.shape[1], *batch.shape[2:])
+            out[f"_{name}"] = mask.reshape(-1) if rows_in is None else mask.reshape(-1) & rows_in
 
     def _final_row_infos(self, final: dict, ended: np.ndarray) -> dict:
         """SAME_STEP's ``final_info`` by row, for the envs ``ended``: each agent's presence
@@ -582,10 +598,17 @@ class MultiAgentVectorEnv(VectorEnv):
             if key in final:
                 out[key] = np.repeat(final[key], self.num_agents)
                 out[f"_{key}"] = np.repeat(final[f"_{key}"], self.num_agents)
+        if AGENT_INFOS in final:
+            self._add_agent_infos(out, final[AGENT_INFOS], final[AGENT_INFO_GIVEN], rows_ended)
         return out
 
     def __repr__(self) -> str:
         return f"MultiAgentVectorEnv({self.num_parallel_envs} envs x {self.num_agents} agents)"
+
+
+#: the row infos' own keys (a ParallelEnv's info key of one of these names gets the prefix ``agent_``)
+_OWN_INFO_KEYS = frozenset({"agent_mask", "action_mask", "final_obs", "final_info", "env_id", "env_restarted",
+                            "env_error"})
 
 
 def _alike(a: Any, b: Any) -> bool:
