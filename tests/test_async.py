@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import re
 
 import gymnasium as gym
 import numpy as np
@@ -280,3 +281,89 @@ def test_close_with_steps_in_flight_lets_them_finish_and_closes_every_env(tmp_pa
     env.close()
     with open(path) as f:
         assert sorted(int(line) for line in f) == [0, 1, 2, 3]
+
+
+class _Counting(gym.Env):
+    """Observation and info ``t`` (steps since the reset), reward ``10 t``; the episode ends
+    (terminated) at step ``length``."""
+
+    observation_space = gym.spaces.Box(0, 100, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, length: int = 5):
+        self.length, self.t = length, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([0], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.array([self.t], np.float32), 10.0 * self.t, self.t >= self.length, False, {"t": self.t}
+
+
+def test_a_reset_that_waits_out_steps_in_flight_keeps_what_their_workers_sent_once():
+    """reset() with a send/recv step in flight drops that step's results, but not what its
+    worker sent then once for all (the info signature of ``t``): later steps still carry
+    ``t`` for every env, as SyncVectorEnv's do."""
+    fns = [_Counting] * 4
+    ref = SyncVectorEnv(fns)
+    with FastVectorEnv(fns, num_workers=2, batch_size=2) as env:
+        env.async_reset(seed=0)
+        env.recv(), env.recv()
+        env.send(np.zeros(2, np.int64), [0, 1])  # (worker 0's first info: a new signature)
+        env.reset(seed=0)
+        ref.reset(seed=0)
+        for _ in range(3):
+            want = ref.step(np.zeros(4, np.int64))[4]
+            env.send(np.zeros(4, np.int64))
+            for _ in range(2):
+                infos = env.recv()[4]
+                ids = infos["env_id"]
+                assert infos["t"].tolist() == want["t"][ids].tolist() and infos["_t"].all(), ids
+    ref.close()
+
+
+def test_disabled_send_refuses_envs_that_ended_until_they_are_reset():
+    """autoreset_mode=DISABLED with send/recv: an env that ended must be reset before it is
+    sent actions (AssertionError, as SyncVectorEnv's step raises); also through step() after
+    an end that recv handed back."""
+    fns = [lambda: _Counting(1)] * 4
+    with FastVectorEnv(fns, num_workers=2, batch_size=2, autoreset_mode=AutoresetMode.DISABLED) as env:
+        env.async_reset(seed=0)
+        env.recv(), env.recv()
+        env.send(np.zeros(4, np.int64))
+        first = env.recv()[4]["env_id"].tolist()
+        with pytest.raises(AssertionError, match=re.escape(f"envs {first} terminated or truncated")):
+            env.send(np.zeros(2, np.int64), first)
+        env.recv()
+        env.reset(options={"reset_mask": np.array([True, True, False, False])})
+        env.send(np.zeros(2, np.int64), [0, 1])  # (reset: allowed)
+        env.recv()
+    with FastVectorEnv(fns, num_workers=2, autoreset_mode=AutoresetMode.DISABLED) as env:
+        env.reset(seed=0)
+        env.send(np.zeros(4, np.int64))
+        env.recv()
+        with pytest.raises(AssertionError, match=r"envs \[0, 1, 2, 3\]"):
+            env.step(np.zeros(4, np.int64))
+
+
+def test_a_masked_async_reset_hands_back_the_envs_it_left_out_with_no_new_transition():
+    """async_reset with a reset_mask that leaves out some envs of a worker: recv hands them
+    back with their observation, reward 0 and flags False (no step happened), and with
+    DISABLED one that had ended still needs its reset."""
+    fns = [lambda: _Counting(1), lambda: _Counting(1), _Counting, _Counting]
+    with FastVectorEnv(fns, num_workers=2, batch_size=2, autoreset_mode=AutoresetMode.DISABLED) as env:
+        env.async_reset(seed=0)
+        env.recv(), env.recv()
+        env.send(np.zeros(2, np.int64), [0, 1])
+        obs, rewards, terminated, truncated, infos = env.recv()
+        assert rewards.tolist() == [10.0, 10.0] and terminated.all()
+        env.async_reset(options={"reset_mask": np.array([True, False, False, False])})
+        obs, rewards, terminated, truncated, infos = env.recv()
+        assert infos["env_id"].tolist() == [0, 1]
+        assert obs.ravel().tolist() == [0.0, 1.0] and rewards.tolist() == [0.0, 0.0]
+        assert not terminated.any() and not truncated.any()
+        with pytest.raises(AssertionError, match=r"envs \[1\]"):
+            env.send(np.zeros(2, np.int64), [0, 1])

@@ -174,7 +174,11 @@ class _Worker:
         kernel = self.infos.kernel
         for j, env in enumerate(self.envs):
             if mask is not None and not mask[j]:
+                # (left out: what send/recv hands back for it is no new transition)
                 kernel.clear(j)
+                self.rewards[j] = 0.0
+                self.terminations[j] = False
+                self.truncations[j] = False
                 continue
             self.current_env = self.first + j
             seed = seeds[j]

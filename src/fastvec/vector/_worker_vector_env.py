@@ -225,7 +225,8 @@ class WorkerVectorEnv(VectorEnv):
 
         Args:
             env_ids: env indices, all the envs of one or more workers (in any order); None: every
-                env of the workers handed back by the last ``recv`` (all after a reset).
+                env of the workers handed back by ``recv`` since they were last sent actions
+                (all after a reset).
 
         Returns:
             The workers, ascending, and the rows: a slice when the ids are ascending and adjacent

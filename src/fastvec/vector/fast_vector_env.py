@@ -296,6 +296,8 @@ class FastVectorEnv(WorkerVectorEnv):
         self._all_workers = np.ones(self.num_workers, dtype=np.uint8)
         # send/recv bookkeeping: workers with a command out (those handed back by recv: _ready).
         self._inflight = np.zeros(self.num_workers, dtype=np.uint8)
+        # envs a masked reset left out, until recv hands them back (their flags say nothing new)
+        self._left_out = np.zeros(self.num_envs, dtype=np.bool_)
         self._envs_per_worker = [stop - start for start, stop in zip(self._pool.starts, self._pool.stops)]
         self._envs_out = 0  # (the envs of the workers in _inflight)
         self._async_used = False  # set by send/async_reset; spares step() a check
@@ -590,14 +592,17 @@ class FastVectorEnv(WorkerVectorEnv):
             pending[w] = 1
         if mask is None:
             self._autoreset_envs[:] = False
+            self._left_out[:] = False
         else:
             self._autoreset_envs[mask] = False
+            self._left_out[:] = ~np.asarray(mask, dtype=np.bool_)
         self._pending = pending
         self._state = _WAITING_RESET
 
     def reset_wait(self, timeout: float | None = None):
         """Wait for the reset sent by :meth:`reset_async`; returns (obs, infos)."""
         infos = self._collect(_WAITING_RESET, "reset_wait", timeout)
+        self._left_out[:] = False  # (only recv hands back the envs an async_reset left out)
         obs = self._staging.observations()
         if self._restarts is not None:
             self._restarts.learn(infos)  # (envs rebuilt because their reset raised)
@@ -620,9 +625,11 @@ class FastVectorEnv(WorkerVectorEnv):
     def send(self, actions, env_ids=None) -> None:
         """Start stepping the envs ``env_ids`` with ``actions`` (rows in ``env_ids`` order).
 
-        ``env_ids`` (default: every env handed back by the last :meth:`recv`, or all
-        envs after :meth:`reset`) must be whole workers' envs that are not already
-        stepping: in practice, the ``env_id`` of one or more earlier ``recv`` results.
+        ``env_ids`` (default: every env :meth:`recv` has handed back since it was last
+        sent actions, or all envs after :meth:`reset`) must be whole workers' envs that are
+        not already stepping: in practice, the ``env_id`` of one or more earlier ``recv``
+        results. With ``autoreset_mode=DISABLED``, an env that ended must be reset first
+        (``AssertionError``, as a step raises).
         """
         self._assert_is_running()
         self._assert_no_pending_call("send")
@@ -630,6 +637,11 @@ class FastVectorEnv(WorkerVectorEnv):
         busy = [w for w in workers if self._inflight[w]]
         if busy:
             raise ValueError(f"envs of workers {busy} are still stepping: recv() them before sending them new actions")
+        if self._autoreset_disabled:
+            ended = np.zeros(self.num_envs, dtype=np.bool_)
+            ended[rows] = self._autoreset_envs[rows]
+            check_no_ended_envs(ended)
+            self._left_out[rows] = False
         per_env = self._staging.write_actions(actions, rows=rows)
         self._start_steps(workers, per_env, None if per_env is None else np.arange(self.num_envs)[rows])
         for w in workers:
@@ -669,6 +681,8 @@ class FastVectorEnv(WorkerVectorEnv):
         infos = staging.take_replies(replies, env_ids, infos_seen)
         infos["env_id"] = env_ids
         rows = slice(self._starts[got[0]], self._stops[got[-1]]) if contiguous else env_ids
+        if self._autoreset_disabled:
+            self._note_ended(env_ids, rows)
         obs = staging.observation_rows(rows)
         if self._restarts is not None:
             env_list = env_ids.tolist()
@@ -689,6 +703,16 @@ class FastVectorEnv(WorkerVectorEnv):
             infos,
         )
 
+    def _note_ended(self, env_ids: np.ndarray, rows) -> None:
+        """DISABLED: which of the envs ``env_ids`` (block rows ``rows``) a recv hands back
+        ended, so that sending them actions before a reset raises as a step would. An env a
+        masked reset left out keeps what it was."""
+        staging = self._staging
+        ended = staging.terminations[rows] | staging.truncations[rows]
+        left_out = self._left_out[env_ids]
+        self._autoreset_envs[env_ids[~left_out]] = ended[~left_out]
+        self._left_out[env_ids] = False
+
     def _drain(self, timeout: float | None = None, caller: str = "recv") -> None:
         """Wait out send/recv commands still in flight (their results are dropped, but the
         envs a worker rebuilt in them are counted, as their restarts were spent)."""
@@ -696,9 +720,12 @@ class FastVectorEnv(WorkerVectorEnv):
             return
         drained = self._inflight.copy()
         replies, infos_seen = self._pool.wait(drained, timeout, caller)
+        # (the replies are read all the same: a worker sends a new info signature or an
+        # object part of an observation once, and counts on the caller having it)
+        env_ids = np.concatenate([np.arange(self._starts[w], self._stops[w]) for w in np.flatnonzero(drained)])
+        infos = self._staging.take_replies(replies, env_ids, infos_seen)
         if self._restarts is not None:
-            env_ids = np.concatenate([np.arange(self._starts[w], self._stops[w]) for w in np.flatnonzero(drained)])
-            self._restarts.learn(self._staging.take_replies(replies, env_ids, infos_seen), env_ids)
+            self._restarts.learn(infos, env_ids)
         self._inflight[:] = 0
         self._envs_out = 0
         self._ready[:] = 1
