@@ -856,3 +856,37 @@ def test_ppo_rl_zoo_cartpole_solves(backend: str) -> None:
     eval_env.close()
     assert train_mean >= 475, (train_mean, model.num_timesteps)
     assert mean >= 475, (mean, std, model.num_timesteps)
+
+
+class _StartAt(gym.Env):
+    """Starts at ``options["state"]`` (zeros without); its step infos have int keys."""
+
+    observation_space = spaces.Box(-10, 10, (2,), np.float64)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.asarray((options or {}).get("state", np.zeros(2)), np.float64), {}
+
+    def step(self, action):
+        return np.zeros(2), 0.0, False, False, {0: "a", 1: int(action)}
+
+
+def test_per_env_options_holding_arrays_and_infos_with_int_keys_are_as_dummy_vec_env() -> None:
+    """Per-env reset options that hold NumPy arrays (a start state per env) reset each env
+    with its own, equal ones once for all, as DummyVecEnv does; info dicts with int keys come
+    back as DummyVecEnv's."""
+    got, ref = FastVecEnv([_StartAt] * 2, num_workers=2), DummyVecEnv([_StartAt] * 2)
+    try:
+        for options in ([{"state": np.array([1.0, 2.0])}, {"state": np.array([3.0, 4.0])}],
+                        {"state": np.array([5.0, 6.0])},
+                        [{"state": np.array([7.0, 8.0])}, {"state": np.array([7.0, 8.0])}]):
+            for env in (got, ref):
+                env.set_options(options)
+            np.testing.assert_array_equal(got.reset(), ref.reset())
+        actions = np.array([0, 1])
+        got_infos, ref_infos = got.step(actions)[3], ref.step(actions)[3]
+        assert got_infos == ref_infos
+    finally:
+        got.close()
+        ref.close()

@@ -145,20 +145,20 @@ class SB3VecEnv(VecEnv):
         seeds = list(self._seeds)
         seed_arg = None if all(s is None for s in seeds) else seeds
         options = self._options
-        if all(o == options[0] for o in options[1:]) or not self._has_reset:
+        if all(_same_value(o, options[0]) for o in options[1:]) or not self._has_reset:
             # With different options per env, the very first reset must still be a full one
             # (a masked reset needs every env reset once): it uses env 0's options, and the
             # envs with other options are then reset again below.
             obs, infos = self.vector_env.reset(seed=seed_arg, options=dict(options[0]) if options[0] else None)
             self.reset_infos = _split_infos(infos, self.num_envs, fill=True)
             self._has_reset = True
-            pending = np.array([o != options[0] for o in options])
+            pending = np.array([not _same_value(o, options[0]) for o in options])
         else:
             obs, pending = None, np.ones(self.num_envs, dtype=bool)
         while pending.any():
             # Different options per env: one masked reset per distinct options dict.
             first = int(np.flatnonzero(pending)[0])
-            mask = pending & np.array([o == options[first] for o in options])
+            mask = pending & np.array([_same_value(o, options[first]) for o in options])
             pending &= ~mask
             group_obs, infos = self.vector_env.reset(seed=seed_arg, options={**options[first], "reset_mask": mask})
             if obs is None:
@@ -565,6 +565,25 @@ def _autoreset_mode_of(vector_env: VectorEnv) -> AutoresetMode:
         raise ValueError(f"Unknown autoreset_mode {mode!r}; expected one of {[m.value for m in AutoresetMode]}") from e
 
 
+def _same_value(a: Any, b: Any) -> bool:
+    """Whether two envs' reset options are the same (NumPy arrays compared by value; values
+    of different types, ``1`` and ``True``, are not the same)."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same_value(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b))
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b))
+    try:
+        return bool(a == b)
+    except Exception:  # (values that do not compare)
+        return False
+
+
 def _split_infos(
     infos: dict[str, Any], num_envs: int, *, skip: tuple[str, ...] = (), fill: bool = False
 ) -> Any:
@@ -574,8 +593,9 @@ def _split_infos(
     of ``num_envs`` dicts. NumPy scalars become Python scalars; nested dicts are split the same way.
     """
     per_env: dict[int, dict[str, Any]] = {}
+    masks = {f"_{key}" for key in infos}  # (Gymnasium's mask of key k, also an int one, is "_k")
     for key, value in infos.items():
-        if key in skip or (key.startswith("_") and key[1:] in infos):
+        if key in skip or key in masks:
             continue
         mask = infos.get(f"_{key}")
         idx = np.asarray(mask).reshape(-1).nonzero()[0].tolist() if mask is not None else range(num_envs)
