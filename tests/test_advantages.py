@@ -77,15 +77,15 @@ def ref_vtrace(rewards, values, dones, next_value, next_done, ratios, gamma, rho
             done_next = float(next_done[i]) if t == T - 1 else float(dones[t + 1, i])
             v_next = float(next_value[i]) if t == T - 1 else v[t + 1, i]
             disc = gamma * (1.0 - done_next)
-            rho = min(rho_bar, ratios[t, i])
-            c = lam * min(c_bar, ratios[t, i])
+            rho = np.minimum(rho_bar, ratios[t, i])  # (NumPy's: a NaN ratio stays NaN)
+            c = lam * np.minimum(c_bar, ratios[t, i])
             acc = rho * (r[t, i] + disc * v_next - v[t, i]) + disc * c * acc
             vs[t, i] = v[t, i] + acc
         for t in range(T):
             done_next = float(next_done[i]) if t == T - 1 else float(dones[t + 1, i])
             vs_next = float(next_value[i]) if t == T - 1 else vs[t + 1, i]
             disc = gamma * (1.0 - done_next)
-            pg[t, i] = min(pg_rho_bar, ratios[t, i]) * (r[t, i] + disc * vs_next - v[t, i])
+            pg[t, i] = np.minimum(pg_rho_bar, ratios[t, i]) * (r[t, i] + disc * vs_next - v[t, i])
     return vs, pg
 
 
@@ -552,6 +552,24 @@ def test_vtrace_matches_reference(ftype, flag, use_log, bars, shape):
 @pytest.mark.parametrize("ftype", FLOATS)
 def test_vtrace_large_matches_reference(ftype):  # large enough to release the GIL
     test_vtrace_matches_reference(ftype, np.uint8, True, (1.0, 1.0, None, 0.95), (64, 300))
+
+
+@pytest.mark.parametrize("ftype", FLOATS)
+@pytest.mark.parametrize("use_log", [True, False])
+def test_vtrace_keeps_a_nan_ratio(ftype, use_log):
+    """A NaN importance ratio (a policy that diverged) gives NaN, as min(rho_bar, ratio) and
+    the reference do, at its step and the ones before it; not the clip's bound."""
+    rng = np.random.default_rng(16)
+    r, v, d, nv, nd = make_rollout(rng, 6, 3, ftype, np.float32)
+    d[:] = 0
+    ratios = np.ones(r.shape)
+    ratios[3, 1] = np.nan
+    kw = dict(log_rhos=np.log(ratios).astype(ftype)) if use_log else dict(rhos=ratios.astype(ftype))
+    vs, pg = fastvec.vtrace(r, v, d, nv, nd, gamma=0.97, **kw)
+    e_vs, e_pg = ref_vtrace(r, v, d, nv, nd, ratios, 0.97, 1.0, 1.0, 1.0, 1.0)
+    assert np.isnan(e_vs[:4, 1]).all() and np.isnan(e_pg[3, 1])
+    np.testing.assert_array_equal(np.isnan(vs), np.isnan(e_vs))
+    np.testing.assert_array_equal(np.isnan(pg), np.isnan(e_pg))
 
 
 def test_vtrace_on_policy_is_gae():

@@ -213,7 +213,9 @@ cdef inline void _vt_row(
     1 - next_done on entry (_not_done_row).
 
     First pass: the importance ratios into the pg row (exp() is a libm call, so
-    that pass is scalar); second pass, vectorised: the V-trace recurrence.
+    that pass is scalar); second pass, vectorised: the V-trace recurrence. The clips are
+    written so that a NaN ratio stays NaN, as ``min(rho_bar, ratio)`` in NumPy or torch
+    keeps it (a diverged policy must show).
     """
     cdef Py_ssize_t i
     cdef floating rho, disc, a1, vs1, a, one = 1
@@ -230,8 +232,8 @@ cdef inline void _vt_row(
         for i in range(n):
             rho = pg[i]
             disc = g * acc[i]
-            acc[i] = (rho if rho < rho_bar else rho_bar) * (r[i] + disc * v1[i] - v[i])
-            pg[i] = (rho if rho < pg_bar else pg_bar) * (r[i] + disc * v1[i] - v[i])
+            acc[i] = (rho_bar if rho > rho_bar else rho) * (r[i] + disc * v1[i] - v[i])
+            pg[i] = (pg_bar if rho > pg_bar else rho) * (r[i] + disc * v1[i] - v[i])
     else:
         for i in range(n):
             rho = pg[i]
@@ -239,9 +241,9 @@ cdef inline void _vt_row(
             a1 = acc1[i]
             vs1 = v1[i] + a1
             acc1[i] = vs1
-            a = (rho if rho < rho_bar else rho_bar) * (r[i] + disc * v1[i] - v[i])
-            acc[i] = a + disc * (lam * (rho if rho < c_bar else c_bar)) * a1
-            pg[i] = (rho if rho < pg_bar else pg_bar) * (r[i] + disc * vs1 - v[i])
+            a = (rho_bar if rho > rho_bar else rho) * (r[i] + disc * v1[i] - v[i])
+            acc[i] = a + disc * (lam * (c_bar if rho > c_bar else rho)) * a1
+            pg[i] = (pg_bar if rho > pg_bar else rho) * (r[i] + disc * vs1 - v[i])
 
 
 # ----------------------------------------------------------------------------
