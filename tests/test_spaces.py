@@ -340,6 +340,18 @@ def test_batch_errors(dict_layout):
         flatten_sample(layout, _good_batch())
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_an_empty_first_leaf_still_checks_the_others(dict_layout, dtype):
+    """A batch whose first leaf has 0 rows and another leaf 2 (or strings) raises as any
+    batch of leaves that disagree does; with a compiled output dtype it gave an empty array."""
+    empty = _good_batch(0)
+    assert flatten(dict_layout, empty, dtype=dtype).shape == (0, 10)
+    with pytest.raises(ValueError, match=r"leaf d .*expected shape \(0,\) for a batch of 0, got \(2,\)"):
+        flatten(dict_layout, {**empty, "d": np.array([1, 2])}, dtype=dtype)
+    with pytest.raises(TypeError, match=r"leaf d "):
+        flatten(dict_layout, {**empty, "d": np.array(["x", "y"])}, dtype=dtype)
+
+
 def test_unflatten_errors(dict_layout):
     layout = dict_layout
     flat = flatten(layout, _good_batch(), dtype=np.float32)

@@ -480,10 +480,16 @@ def flatten_into(list plans, list values, floating[:, ::1] out, object coerce, b
     cdef i64 scalar
     cdef _Run run
     cdef list kept = []      # arrays made by coerce, alive until the kernels ran
-    if rows == 0 or stride == 0:
-        return None
     if len(values) != n:
         raise ValueError(f"expected {n} leaf values, got {len(values)}")
+    if rows == 0 or stride == 0:
+        # (nothing to write, but every leaf is checked as in any batch: a leaf of another
+        # batch size or type still raises)
+        for i in range(n):
+            p = <LeafPlan> plans[i]
+            if p.spec.kind != PYTHON and not p.accepts(values[i], rows, single):
+                coerce(i, values[i], rows, single)
+        return None
     base = &out[0, 0]
     _run_alloc(&run, n, rows, stride, True)
     try:
