@@ -197,6 +197,31 @@ def test_parity_continuous_action_dtypes(env_id, dtype):
     _rollout(env_id, 4, 220, seed=8, mode=AutoresetMode.NEXT_STEP, act_dtype=dtype)
 
 
+@pytest.mark.parametrize("env_id,dtype", [("Pendulum-v1", ">f4"), ("Pendulum-v1", ">f8"),
+                                          ("MountainCarContinuous-v0", ">f4"), ("CartPole-v1", ">i8"),
+                                          ("Acrobot-v1", ">i4")])
+def test_parity_byte_swapped_actions(env_id, dtype):
+    """Actions in the other byte order are the same values: read as such, bit for bit as
+    Gymnasium's envs take them (they were read as this machine's bytes)."""
+    _rollout(env_id, 3, 120, seed=9, mode=AutoresetMode.NEXT_STEP, act_dtype=np.dtype(dtype))
+
+
+@pytest.mark.parametrize("env_id,options", [
+    ("Pendulum-v1", {"x_init": 1e308}), ("Pendulum-v1", {"y_init": np.inf}), ("Pendulum-v1", {"x_init": np.nan}),
+    ("CartPole-v1", {"low": -1e308, "high": 1e308}), ("MountainCar-v0", {"low": -np.inf}),
+    ("Acrobot-v1", {"high": np.nan}),
+])
+def test_reset_bounds_that_are_not_finite_raise_as_gymnasium(env_id, options):
+    """Reset bounds whose range is not finite raise OverflowError, as Gymnasium's env does
+    (it gave NaN or inf states)."""
+    with pytest.raises(OverflowError) as gym_error:
+        gym.make(env_id).reset(seed=0, options=options)
+    nat = NativeVectorEnv(env_id, 2)
+    with pytest.raises(OverflowError, match=str(gym_error.value)):
+        nat.reset(seed=0, options=options)
+    nat.close()
+
+
 @pytest.mark.parametrize("env_id,options", [
     ("CartPole-v1", {"low": -0.2, "high": 0.15}),
     ("Acrobot-v1", {"low": -1.0, "high": 2.5}),

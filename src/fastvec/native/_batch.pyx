@@ -242,7 +242,7 @@ cdef class Batch:
         b.act_d = NULL
         if type(actions) is np.ndarray:
             a = <cnp.ndarray>actions
-            if cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_ISALIGNED(a):
+            if cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_ISALIGNED(a) and cnp.PyArray_ISNOTSWAPPED(a):
                 if b.act_size == 0:
                     if (cnp.PyArray_TYPE(a) == cnp.NPY_INT64 and cnp.PyArray_NDIM(a) == 1
                             and cnp.PyArray_DIMS(a)[0] == n):
@@ -282,6 +282,8 @@ cdef class Batch:
         """Slow path: convert or reject actions that do not have the env's dtype and shape."""
         n = self.r.b.n
         arr = np.asarray(actions)
+        if not arr.dtype.isnative:  # (byte-swapped: the same values in this machine's order)
+            arr = arr.astype(arr.dtype.newbyteorder("="))
         if self.r.b.act_size == 0:
             expected = f"an integer array of shape ({n},)"
             if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):

@@ -6,6 +6,7 @@ from gymnasium.envs.classic_control import utils
 
 from fastvec.native.kit cimport fv_env_def, kernel
 
+from fastvec.native.envs._classic_control import check_uniform_range
 from fastvec.native.registry import NativeEnvSpec, is_real, legacy_promotion, register
 
 cdef extern from "pendulum.h":
@@ -25,8 +26,11 @@ def _params(env, env_kwargs):
 def _reset_options(options):
     # PendulumEnv.reset: x_init / y_init, checked and cast by Gymnasium's own helper
     options = options or {}
-    return {"reset_theta": utils.verify_number_and_cast(options.get("x_init", math.pi)),
-            "reset_theta_dot": utils.verify_number_and_cast(options.get("y_init", 1.0))}
+    theta = utils.verify_number_and_cast(options.get("x_init", math.pi))
+    theta_dot = utils.verify_number_and_cast(options.get("y_init", 1.0))
+    for bound in (theta, theta_dot):  # (it draws from uniform(-high, high))
+        check_uniform_range(-bound, bound, arrays=True)
+    return {"reset_theta": theta, "reset_theta_dot": theta_dot}
 
 
 def _reference_state(fields, i):
