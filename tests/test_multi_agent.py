@@ -304,14 +304,17 @@ def test_observations_are_written_into_the_row_handed_over_except_on_a_step_that
 
 
 class _FailsOnceAtStep3(Arena):
-    """Arena whose third step raises, the first time any env of its process gets there."""
+    """Arena whose step ``fail_at`` (the third) raises, the first time any env of its process
+    gets there."""
 
     failed = False
+    fail_at = 3
 
     def step(self, actions):
-        if self.t == 2 and not _FailsOnceAtStep3.failed:
-            _FailsOnceAtStep3.failed = True
-            raise RuntimeError("boom at step 3")
+        cls = type(self)
+        if self.t == cls.fail_at - 1 and not cls.failed:
+            cls.failed = True
+            raise RuntimeError(f"boom at step {cls.fail_at}")
         return super().step(actions)
 
 
@@ -336,9 +339,84 @@ def test_a_restarted_env_reports_its_last_observation(mode):
             assert np.array_equal(np.stack(infos["final_obs"][:3]), last[:3])
             assert not np.array_equal(obs[:3], last[:3])  # (the new env's first observation)
             assert infos["agent_mask"][:3].tolist() == [True, True, False]  # (its reset: a2 not yet)
+            # (its last step's agents, those reported truncated)
+            assert infos["final_info"]["agent_mask"][:3].tolist() == present.tolist()
+            assert infos["final_info"]["_agent_mask"].tolist() == [True] * 3 + [False] * 3
         else:
             assert np.array_equal(obs[:3], last[:3]) and infos["agent_mask"][:3].tolist() == present.tolist()
             assert envs.agent_mask[:3].tolist() == present.tolist()
+
+
+class _FailsOnceAtStep5(_FailsOnceAtStep3):
+    """Arena of 7 steps (a1 terminated at step 4) whose fifth step raises, the first time
+    any env of its process gets there."""
+
+    failed = False
+    fail_at = 5
+
+    def reset(self, seed=None, options=None):
+        out = super().reset(seed=seed, options=options)
+        self.length = 7
+        return out
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.SAME_STEP, AutoresetMode.NEXT_STEP], ids=["SameStep", "NextStep"])
+def test_a_restart_after_an_agent_left_keeps_it_absent(mode):
+    """a1 leaves on step 4; env 0's step 5 raises and the env is rebuilt: a1's row stays
+    absent (terminated, not truncated), as in env 1, and only a0 and a2 are truncated."""
+    with MultiAgentVectorEnv([_FailsOnceAtStep5] * 2, num_workers=1, autoreset_mode=mode,
+                             env_failure="restart") as envs:
+        envs.reset(seed=0)
+        actions = np.zeros(6, np.int64)
+        for _ in range(4):
+            *_, infos = envs.step(actions)
+        assert infos["agent_mask"].all()  # (a1's last step: present)
+        obs, rewards, terminated, truncated, infos = envs.step(actions)
+        assert infos["_env_restarted"].tolist() == [True] * 3 + [False] * 3
+        assert terminated.tolist() == [False, True, False] * 2
+        assert truncated.tolist() == [True, False, True, False, False, False]
+        if mode is AutoresetMode.NEXT_STEP:
+            assert envs.agent_mask.tolist() == [True, False, True] * 2
+        else:
+            assert infos["final_info"]["agent_mask"][:3].tolist() == [True, False, True]
+
+
+def test_a_masked_async_reset_leaves_the_envs_of_other_workers_as_they_are():
+    """async_reset whose mask leaves out every env of worker 1 (nothing sent there): env 1's
+    next step is its own, a1 terminated on step 4 as the reference has it."""
+    with MultiAgentVectorEnv([Arena] * 2, num_workers=2, batch_size=1) as envs:
+        envs.async_reset(seed=0)
+        envs.recv(), envs.recv()
+        for _ in range(3):
+            envs.send(np.zeros(6, np.int64))
+            envs.recv(), envs.recv()
+        envs.async_reset(options={"reset_mask": np.array([True, False])})
+        assert envs.recv()[4]["env_id"].tolist() == [0, 1, 2]
+        envs.send(np.zeros(3, np.int64), [3, 4, 5])
+        _, _, terminated, _, infos = envs.recv()
+        assert terminated.tolist() == [False, True, False] and infos["agent_mask"].all()
+        assert envs.agent_mask[3:].tolist() == [True, True, True]
+
+
+class _OddKeys(Arena):
+    """Arena whose agents' infos use the vector env's own names and a leading "_"."""
+
+    def _infos(self, agent):
+        return {"final_obs": self.t, "agent_mask": 1, "_hidden": 7, "x": 1, "_x": "m"}
+
+
+def test_info_keys_the_vector_env_uses_come_renamed():
+    """A ParallelEnv's info keys named like the vector env's own, or starting with "_" (a
+    mask's name), come as ``agent_<key>`` with their masks; the others as they are."""
+    with MultiAgentVectorEnv([_OddKeys] * 2, num_workers=1) as envs:
+        envs.reset(seed=0)
+        infos = envs.step(np.zeros(6, np.int64))[4]
+        present = [True, True, False] * 2
+        for key, value in (("agent_final_obs", 1), ("agent_agent_mask", 1), ("agent__hidden", 7), ("x", 1),
+                           ("agent__x", "m")):
+            assert infos[f"_{key}"].tolist() == present, key
+            assert [infos[key][i] for i in np.flatnonzero(present)] == [value] * 4, key
+        assert infos["agent_mask"].tolist() == present and "final_obs" not in infos
 
 
 @pytest.mark.parametrize("mode", [AutoresetMode.SAME_STEP, AutoresetMode.NEXT_STEP], ids=["SameStep", "NextStep"])

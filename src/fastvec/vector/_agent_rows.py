@@ -33,6 +33,10 @@ INFO_KEYS = ("agent_rewards", "agent_terminated", "agent_truncated", "agent_mask
 #: The info keys under which the ParallelEnv's own per-agent infos travel, when it gives
 #: any: a dict of one array over the agents per key, and a dict of which agents gave it.
 AGENT_INFOS, AGENT_INFO_GIVEN = "agent_infos", "agent_info_given"
+#: the row infos' own keys: a ParallelEnv's info key of one of these names, or one that
+#: starts with "_" (the name of a mask), travels as ``agent_<key>``
+OWN_INFO_KEYS = frozenset({"agent_mask", "action_mask", "final_obs", "final_info", "env_id", "env_restarted",
+                           "env_error"})
 
 
 def _is_parallel_env(env: Any) -> bool:
@@ -329,6 +333,8 @@ def _per_key(agent_infos: dict, index: dict, n: int) -> tuple[dict, dict]:
         if i is None or not info:
             continue
         for key, value in info.items():
+            if key in OWN_INFO_KEYS or (isinstance(key, str) and key.startswith("_")):
+                key = f"agent_{key}"
             given.setdefault(key, []).append((i, value))
     values, masks = {}, {}
     for key, pairs in given.items():

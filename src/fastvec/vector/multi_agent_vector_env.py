@@ -179,6 +179,8 @@ class MultiAgentVectorEnv(VectorEnv):
         self.render_mode = self._envs.render_mode
         #: True where the row's agent is in its env (see the class docstring)
         self.agent_mask = np.zeros(self.num_envs, bool)
+        # rows whose agent left on the last step (present then, absent from the next one)
+        self._gone = np.zeros(self.num_envs, bool)
         self.action_mask = None
         self._action_limits = None  # (the first invalid action of each row, with padded Discrete actions)
         if counts is not None:
@@ -207,6 +209,9 @@ class MultiAgentVectorEnv(VectorEnv):
         if env_mask is not None:  # (the envs not reset keep their agents)
             kept = ~np.asarray(env_mask, bool)
             mask[kept] = self.agent_mask.reshape(self.num_parallel_envs, self.num_agents)[kept]
+            self._gone[np.repeat(~kept, self.num_agents)] = False
+        else:
+            self._gone[:] = False
         self.agent_mask = mask.reshape(-1).copy()
         self._ready_envs[:] = True
         return self._rows(obs), self._row_infos(infos, mask)
@@ -224,9 +229,10 @@ class MultiAgentVectorEnv(VectorEnv):
                                f"{self.num_parallel_envs} envs: step it with send(actions, env_ids) / recv()")
         obs, _, _, env_truncated, infos = self._envs.step(self._per_env(actions))
         rewards, terminated, truncated, mask = self._agent_results(infos, env_truncated)
+        self._gone = self._left(infos, mask, terminated, truncated)
         self.agent_mask = mask.reshape(-1).copy()
         return (self._rows(obs), rewards.reshape(-1), terminated.reshape(-1), truncated.reshape(-1),
-                self._row_infos(infos, mask))
+                self._row_infos(infos, mask, truncated=truncated))
 
     # -- async: send / recv (EnvPool style) -------------------------------------------------
     def async_reset(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
@@ -239,7 +245,15 @@ class MultiAgentVectorEnv(VectorEnv):
             options = {**options, "reset_mask": env_mask}
         self._envs.async_reset(seed=self._env_seeds(seed), options=options)
         self._ready_envs[:] = False
-        self._kept_envs[:] = False if env_mask is None else ~np.asarray(env_mask, bool)
+        self._kept_envs[:] = False
+        if env_mask is not None:
+            # (the envs left out on workers the reset goes to: recv hands them back with it)
+            env_mask = np.asarray(env_mask, bool)
+            for start, stop in zip(self._envs._starts, self._envs._stops):
+                if env_mask[start:stop].any():
+                    self._kept_envs[start:stop] = ~env_mask[start:stop]
+                    self._gone[start * self.num_agents:stop * self.num_agents] &= np.repeat(
+                        ~env_mask[start:stop], self.num_agents)
 
     def send(self, actions, env_ids=None) -> None:
         """Start stepping the envs of the rows ``env_ids`` with ``actions`` (one per row, in
@@ -268,6 +282,7 @@ class MultiAgentVectorEnv(VectorEnv):
             envs = self._envs_of(rows)
         self._envs.send(self._per_env(actions, rows), envs)
         self._ready_envs[envs] = False
+        self._kept_envs[envs] = False
 
     def recv(self, timeout: float | None = None):
         """Wait for ``batch_size`` envs to finish their step (or reset); returns their rows'
@@ -296,9 +311,10 @@ class MultiAgentVectorEnv(VectorEnv):
             terminated = terminated.copy()
             terminated[kept] = ~mask[kept]
             self._kept_envs[envs] = False
+        self._gone[rows] = self._left(infos, mask, terminated, truncated)
         self.agent_mask[rows] = mask.reshape(-1)
         self._ready_envs[envs] = True
-        row_infos = self._row_infos(infos, mask, rows)
+        row_infos = self._row_infos(infos, mask, rows, truncated)
         row_infos["env_id"] = rows
         return self._rows(obs), rewards.reshape(-1), terminated.reshape(-1), truncated.reshape(-1), row_infos
 
@@ -531,7 +547,9 @@ class MultiAgentVectorEnv(VectorEnv):
                                  ("agent_truncated", truncated)):
                     out[ended_here] = final[key][ended_here]
         if restarted is not None:
-            mask_before = self.agent_mask if rows is None else self.agent_mask[rows]
+            # (present before the step: in the env after the last one, not gone on it)
+            present = self.agent_mask & ~self._gone
+            mask_before = present if rows is None else present[rows]
             before = mask_before.reshape(-1, self.num_agents)[restarted]
             rewards[restarted] = 0.0
             terminated[restarted] = ~before
@@ -541,7 +559,18 @@ class MultiAgentVectorEnv(VectorEnv):
                 mask[restarted] = before
         return rewards, terminated, truncated, mask
 
-    def _row_infos(self, infos: dict, mask: np.ndarray, rows: np.ndarray | None = None) -> dict:
+    def _left(self, infos: dict, mask: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> np.ndarray:
+        """By row: the agents that left on this step (present, terminated or truncated), in
+        envs that go on (a SAME_STEP env that ended is back reset)."""
+        left = mask & (terminated | truncated)
+        ended = infos.get("_final_obs")
+        if ended is not None and ended.any():
+            left = left.copy()
+            left[ended] = False
+        return left.reshape(-1)
+
+    def _row_infos(self, infos: dict, mask: np.ndarray, rows: np.ndarray | None = None,
+                   truncated: np.ndarray | None = None) -> dict:
         """The infos of the envs of ``rows`` (default: every row) by row: ``mask`` (the
         (envs, agents) agent mask) and the per-agent arrays reshaped; ``final_obs`` split into
         its agents' rows, and ``final_info`` by row (SAME_STEP)."""
@@ -562,7 +591,7 @@ class MultiAgentVectorEnv(VectorEnv):
                     final_obs[e * self.num_agents + a] = row_of(last, a, self.single_observation_space)
             out["final_obs"] = final_obs
             out["_final_obs"] = np.repeat(ended, self.num_agents)
-            out["final_info"] = self._final_row_infos(infos.get("final_info", {}), ended)
+            out["final_info"] = self._final_row_infos(infos.get("final_info", {}), ended, truncated)
             out["_final_info"] = out["_final_obs"].copy()
         for key in ("env_restarted", "env_error"):
             if key in infos:
@@ -574,26 +603,36 @@ class MultiAgentVectorEnv(VectorEnv):
 
     def _add_agent_infos(self, out: dict, values: dict, given: dict, rows_in: np.ndarray | None = None) -> None:
         """The ParallelEnvs' own per-agent infos into ``out`` by row: each key with its mask,
-        True where that agent gave it (and, ``rows_in``, only in those rows). A key that
-        this vector env's own infos use gets the prefix ``agent_``."""
+        True where that agent gave it (and, ``rows_in``, only in those rows). (A key that this
+        vector env's own infos use, or one that starts with "_", came renamed ``agent_<key>``
+        from the worker.)"""
         for key, batch in values.items():
-            if key.startswith("_"):  # (the vector env's mask of the envs that gave the key)
+            if isinstance(key, str) and key.startswith("_"):  # (the mask of the envs that gave the key)
                 continue
             mask = np.asarray(given[key], bool) & np.asarray(values[f"_{key}"], bool)[:, None]
             batch = np.asarray(batch)
-            name = f"agent_{key}" if key in _OWN_INFO_KEYS else key
-            out[name] = batch.reshape(batch.shape[0] * batch.shape[1], *batch.shape[2:])
-            out[f"_{name}"] = mask.reshape(-1) if rows_in is None else mask.reshape(-1) & rows_in
+            out[key] = batch.reshape(batch.shape[0] * batch.shape[1], *batch.shape[2:])
+            out[f"_{key}"] = mask.reshape(-1) if rows_in is None else mask.reshape(-1) & rows_in
 
-    def _final_row_infos(self, final: dict, ended: np.ndarray) -> dict:
+    def _final_row_infos(self, final: dict, ended: np.ndarray, truncated: np.ndarray | None) -> dict:
         """SAME_STEP's ``final_info`` by row, for the envs ``ended``: each agent's presence
         on the step that ended its env (``agent_mask``), and the restart infos of an env
-        rebuilt in it, each with its mask."""
+        rebuilt in it, each with its mask. (An env rebuilt after its step raised reported
+        no step: its agents present were the ones reported ``truncated``.)"""
         out: dict[str, Any] = {}
         rows_ended = np.repeat(ended, self.num_agents)
         if "agent_mask" in final:
             out["agent_mask"] = np.asarray(final["agent_mask"], bool).reshape(-1) & rows_ended
             out["_agent_mask"] = rows_ended.copy()
+        rebuilt = final.get("_env_restarted")
+        if rebuilt is not None and truncated is not None:
+            reported = final.get("_agent_rewards")
+            rebuilt = np.asarray(rebuilt, bool) & ended & (True if reported is None else ~np.asarray(reported, bool))
+            rebuilt_rows = np.repeat(rebuilt, self.num_agents)
+            if rebuilt_rows.any():
+                if "agent_mask" not in out:
+                    out["agent_mask"], out["_agent_mask"] = np.zeros(len(rows_ended), bool), rows_ended.copy()
+                out["agent_mask"][rebuilt_rows] = np.asarray(truncated, bool).reshape(-1)[rebuilt_rows]
         for key in ("env_restarted", "env_error"):
             if key in final:
                 out[key] = np.repeat(final[key], self.num_agents)
@@ -604,11 +643,6 @@ class MultiAgentVectorEnv(VectorEnv):
 
     def __repr__(self) -> str:
         return f"MultiAgentVectorEnv({self.num_parallel_envs} envs x {self.num_agents} agents)"
-
-
-#: the row infos' own keys (a ParallelEnv's info key of one of these names gets the prefix ``agent_``)
-_OWN_INFO_KEYS = frozenset({"agent_mask", "action_mask", "final_obs", "final_info", "env_id", "env_restarted",
-                            "env_error"})
 
 
 def _alike(a: Any, b: Any) -> bool:
