@@ -99,6 +99,46 @@ def test_mode_stored_in_a_registered_spec():
         del gym.registry["FastvecCartPole-v0"]
 
 
+def test_a_mode_stored_in_the_spec_wins_over_fastvec_for_an_id_too():
+    """As in Gymnasium: the spec's stored mode wins over the argument, for an id as for its
+    EnvSpec, also when the argument is "fastvec"."""
+    gym.register(id="StoredSync-v0", entry_point="gymnasium.envs.classic_control:CartPoleEnv",
+                 max_episode_steps=50, kwargs={"vectorization_mode": "sync"})
+    try:
+        for env_id in ("StoredSync-v0", gym.spec("StoredSync-v0")):
+            envs = gym.make_vec(env_id, num_envs=2, vectorization_mode="fastvec")
+            assert isinstance(envs, gym.vector.SyncVectorEnv), env_id
+            envs.close()
+    finally:
+        del gym.registry["StoredSync-v0"]
+
+
+class _DoubleReward(gym.envs.classic_control.CartPoleEnv):
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, 2 * reward, terminated, truncated, info
+
+
+def test_an_edited_env_spec_is_honoured_on_the_native_route():
+    """An EnvSpec of a native id with another time limit runs with that limit, and one with
+    another entry point runs that env (on the multiprocess backend), as sync's do."""
+    import copy
+
+    short = copy.deepcopy(gym.spec("CartPole-v1"))
+    short.max_episode_steps = 5
+    other = copy.deepcopy(gym.spec("CartPole-v1"))
+    other.entry_point = _DoubleReward
+    for spec, backend in ((short, NativeVectorEnv), (other, FastVectorEnv)):
+        ref = gym.make_vec(spec, 2, vectorization_mode="sync")
+        envs = gym.make_vec(spec, 2, vectorization_mode="fastvec")
+        try:
+            assert isinstance(envs, backend)
+            assert run_side_by_side(ref, envs, seed=3, steps=12) > 0 or spec is other
+        finally:
+            ref.close()
+            envs.close()
+
+
 def test_unknown_vector_kwargs_are_a_type_error():
     with pytest.raises(TypeError, match=r"unknown vector_kwargs \['bogus'\]"):
         gym.make_vec("CartPole-v1", 2, vectorization_mode="fastvec", vector_kwargs={"bogus": 1})

@@ -63,8 +63,7 @@ def _requested_mode(env_id, vectorization_mode) -> Any:
     """The mode make_vec will use: the spec's stored mode wins over the argument, as in Gymnasium."""
     if isinstance(env_id, EnvSpec):
         return env_id.kwargs.get("vectorization_mode", vectorization_mode)
-    if isinstance(env_id, str) and vectorization_mode != MODE:
-        # Only an unusual spec stores a mode; look it up only when the argument is not ours.
+    if isinstance(env_id, str):
         try:
             return _backends.find_spec(env_id).kwargs.get("vectorization_mode", vectorization_mode)
         except Exception:

@@ -140,6 +140,8 @@ def make_local(env_spec: EnvSpec, num_envs: int, vector_kwargs: dict[str, Any], 
     if native is True and reason:
         raise ValueError(f"native=True, but {env_spec.id} cannot run on NativeVectorEnv here: {reason}")
     if reason is None:
+        if env_spec.max_episode_steps is not None:  # (the spec's, which Gymnasium's make applies)
+            env_kwargs = {"max_episode_steps": env_spec.max_episode_steps, **env_kwargs}
         return NativeVectorEnv(env_spec.id, num_envs, **vector_kwargs, **env_kwargs)
     multiprocess_only = set(vector_kwargs) - fast_kwargs
     if multiprocess_only:
@@ -187,6 +189,11 @@ def native_refusal(env_spec: EnvSpec, env_kwargs: dict, wrappers: list, vector_k
         return "custom wrappers were given"
     if env_spec.additional_wrappers:
         return "the env spec has additional wrappers"
+    registered = _gym_registration.registry.get(env_spec.id)
+    if registered is None or env_spec.entry_point != registered.entry_point:
+        return "the env spec's entry_point is not the registered one"
+    if env_spec.max_episode_steps is None and registered.max_episode_steps is not None:
+        return "the env spec has no time limit"
     other = sorted(set(vector_kwargs) - set(NATIVE_VECTOR_KWARGS))
     if other:
         return f"vector_kwargs {other} are for the multiprocess backend"
