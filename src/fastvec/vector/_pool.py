@@ -648,8 +648,9 @@ class WorkerPool:
 
     def _replace_process(self, w: int, envs: list[int], error: str, trace: str, in_reset: bool) -> RemoteWorker:
         """Record the failure of worker ``w`` (envs ``envs``; ``in_reset``: during a reset), end
-        its process and start a new one that builds the envs again (their next resets seeded from their derived seeds) and
-        maps the shared block. Raises, closing the pool, if the new process fails to start."""
+        its process and start a new one that builds the envs again (their next resets seeded
+        from their derived seeds) and maps the shared block. Raises, closing the pool, if the
+        new process fails to start."""
         old = self.workers[w]
         self.restarts.record(envs, error, trace, worker=w, in_reset=in_reset)
         old.forget()

@@ -125,10 +125,10 @@ class Restarts:
         (SAME_STEP autoreset) the rows keep the rebuilt envs' first observations, and the
         last ones go to ``final_obs``, the restart infos to ``final_info`` too. Envs whose
         worker failed during a reset keep the observations of the reset done again, and
-        gain the restart infos only. ``num_rows``: the rows of the results; ``rows_of``: env index -> output row
-        (default: the same), the envs not in it stay unreported for the results that
-        bring them; ``space``: one env's observation space. Returns the observations and
-        the infos."""
+        gain the restart infos only. ``num_rows``: the rows of the results; ``rows_of``:
+        env index -> output row (default: the same), the envs not in it stay unreported for
+        the results that bring them; ``space``: one env's observation space. Returns the
+        observations and the infos."""
         found, kept = [], []
         for failed, error, in_reset in self.unreported:
             for env in failed:
