@@ -296,8 +296,13 @@ class FastVectorEnv(WorkerVectorEnv):
         self._all_workers = np.ones(self.num_workers, dtype=np.uint8)
         # send/recv bookkeeping: workers with a command out (those handed back by recv: _ready).
         self._inflight = np.zeros(self.num_workers, dtype=np.uint8)
-        # envs a masked reset left out, until recv hands them back (their flags say nothing new)
+        # envs a masked async_reset left out on the workers it reset, until recv hands them back
+        # (their flags say nothing new; send cannot reach them before, their workers being out);
+        # _any_left_out: whether there are any (recv looks only then); _recv_left_out: those
+        # of the last recv's envs (None: none).
         self._left_out = np.zeros(self.num_envs, dtype=np.bool_)
+        self._any_left_out = False
+        self._recv_left_out: np.ndarray | None = None
         self._envs_per_worker = [stop - start for start, stop in zip(self._pool.starts, self._pool.stops)]
         self._envs_out = 0  # (the envs of the workers in _inflight)
         self._async_used = False  # set by send/async_reset; spares step() a check
@@ -582,6 +587,7 @@ class FastVectorEnv(WorkerVectorEnv):
             self._restarts.remember_seeds([s if mask is None or mask[k] else None for k, s in enumerate(seeds)])
         self._drain()
         pending = np.zeros(self.num_workers, dtype=np.uint8)
+        self._left_out[:] = False
         for w in range(self.num_workers):
             rows = slice(self._starts[w], self._stops[w])
             worker_mask = None if mask is None else mask[rows].tolist()
@@ -590,12 +596,13 @@ class FastVectorEnv(WorkerVectorEnv):
                 continue
             self._pool.dispatch(w, "reset", (seeds[rows], options, worker_mask))
             pending[w] = 1
+            if worker_mask is not None:
+                self._left_out[rows] = ~np.asarray(worker_mask, dtype=np.bool_)
+        self._any_left_out = bool(self._left_out.any())
         if mask is None:
             self._autoreset_envs[:] = False
-            self._left_out[:] = False
         else:
             self._autoreset_envs[mask] = False
-            self._left_out[:] = ~np.asarray(mask, dtype=np.bool_)
         self._pending = pending
         self._state = _WAITING_RESET
 
@@ -603,6 +610,7 @@ class FastVectorEnv(WorkerVectorEnv):
         """Wait for the reset sent by :meth:`reset_async`; returns (obs, infos)."""
         infos = self._collect(_WAITING_RESET, "reset_wait", timeout)
         self._left_out[:] = False  # (only recv hands back the envs an async_reset left out)
+        self._any_left_out = False
         obs = self._staging.observations()
         if self._restarts is not None:
             self._restarts.learn(infos)  # (envs rebuilt because their reset raised)
@@ -641,7 +649,6 @@ class FastVectorEnv(WorkerVectorEnv):
             ended = np.zeros(self.num_envs, dtype=np.bool_)
             ended[rows] = self._autoreset_envs[rows]
             check_no_ended_envs(ended)
-            self._left_out[rows] = False
         per_env = self._staging.write_actions(actions, rows=rows)
         self._start_steps(workers, per_env, None if per_env is None else np.arange(self.num_envs)[rows])
         for w in workers:
@@ -681,6 +688,13 @@ class FastVectorEnv(WorkerVectorEnv):
         infos = staging.take_replies(replies, env_ids, infos_seen)
         infos["env_id"] = env_ids
         rows = slice(self._starts[got[0]], self._stops[got[-1]]) if contiguous else env_ids
+        self._recv_left_out = None
+        if self._any_left_out:
+            left_out = self._left_out[env_ids]
+            if left_out.any():
+                self._recv_left_out = left_out
+                self._left_out[env_ids] = False
+                self._any_left_out = bool(self._left_out.any())
         if self._autoreset_disabled:
             self._note_ended(env_ids, rows)
         obs = staging.observation_rows(rows)
@@ -709,9 +723,11 @@ class FastVectorEnv(WorkerVectorEnv):
         masked reset left out keeps what it was."""
         staging = self._staging
         ended = staging.terminations[rows] | staging.truncations[rows]
-        left_out = self._left_out[env_ids]
-        self._autoreset_envs[env_ids[~left_out]] = ended[~left_out]
-        self._left_out[env_ids] = False
+        if self._recv_left_out is None:
+            self._autoreset_envs[env_ids] = ended
+        else:
+            stepped = ~self._recv_left_out
+            self._autoreset_envs[env_ids[stepped]] = ended[stepped]
 
     def _drain(self, timeout: float | None = None, caller: str = "recv") -> None:
         """Wait out send/recv commands still in flight (their results are dropped, but the

@@ -159,8 +159,6 @@ class MultiAgentVectorEnv(VectorEnv):
         # the envs recv() handed back (or reset() returned) that have not been sent actions
         # since: the default of send's env_ids
         self._ready_envs = np.zeros(self.num_parallel_envs, bool)
-        # envs an async_reset with a reset_mask left alone, until recv hands them back
-        self._kept_envs = np.zeros(self.num_parallel_envs, bool)
         self.num_envs = self.num_parallel_envs * self.num_agents
         # env i's row indices: _env_rows[i]
         self._env_rows = np.arange(self.num_envs, dtype=np.int64).reshape(self.num_parallel_envs, self.num_agents)
@@ -245,15 +243,10 @@ class MultiAgentVectorEnv(VectorEnv):
             options = {**options, "reset_mask": env_mask}
         self._envs.async_reset(seed=self._env_seeds(seed), options=options)
         self._ready_envs[:] = False
-        self._kept_envs[:] = False
         if env_mask is not None:
-            # (the envs left out on workers the reset goes to: recv hands them back with it)
-            env_mask = np.asarray(env_mask, bool)
-            for start, stop in zip(self._envs._starts, self._envs._stops):
-                if env_mask[start:stop].any():
-                    self._kept_envs[start:stop] = ~env_mask[start:stop]
-                    self._gone[start * self.num_agents:stop * self.num_agents] &= np.repeat(
-                        ~env_mask[start:stop], self.num_agents)
+            # (the envs reset forget the agents that left them; those left out keep theirs, and
+            # recv hands back the ones on the workers the reset goes to as they were)
+            self._gone &= np.repeat(~np.asarray(env_mask, bool), self.num_agents)
 
     def send(self, actions, env_ids=None) -> None:
         """Start stepping the envs of the rows ``env_ids`` with ``actions`` (one per row, in
@@ -282,7 +275,6 @@ class MultiAgentVectorEnv(VectorEnv):
             envs = self._envs_of(rows)
         self._envs.send(self._per_env(actions, rows), envs)
         self._ready_envs[envs] = False
-        self._kept_envs[envs] = False
 
     def recv(self, timeout: float | None = None):
         """Wait for ``batch_size`` envs to finish their step (or reset); returns their rows'
@@ -304,13 +296,12 @@ class MultiAgentVectorEnv(VectorEnv):
             rows = self._rows_of(envs)
         self._remember_rows(rows, envs)
         rewards, terminated, truncated, mask = self._agent_results(infos, env_truncated, rows)
-        kept = self._kept_envs[envs]
-        if kept.any():  # (envs a masked async_reset left alone: their agents as they were)
+        kept = self._envs._recv_left_out
+        if kept is not None:  # (envs a masked async_reset left alone: their agents as they were)
             mask = mask.copy()
             mask[kept] = self.agent_mask.reshape(self.num_parallel_envs, self.num_agents)[envs[kept]]
             terminated = terminated.copy()
             terminated[kept] = ~mask[kept]
-            self._kept_envs[envs] = False
         self._gone[rows] = self._left(infos, mask, terminated, truncated)
         self.agent_mask[rows] = mask.reshape(-1)
         self._ready_envs[envs] = True
