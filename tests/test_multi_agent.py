@@ -608,6 +608,18 @@ def test_call_get_attr_and_set_attr_go_to_the_parallel_envs_one_value_per_row():
             envs.set_attr("length", [1, 2])
 
 
+def test_set_attr_compares_an_envs_values_by_value_arrays_inside_containers_too():
+    with MultiAgentVectorEnv([Arena] * 2, num_workers=1) as envs:
+        goals = [{"goal": np.array([k, 1.0])} for k in (0.0, 5.0) for _ in range(3)]  # (fresh objects per row)
+        envs.set_attr("goal", goals)
+        got = envs.get_attr("goal")
+        np.testing.assert_array_equal(got[3]["goal"], [5.0, 1.0])
+        np.testing.assert_array_equal(got[0]["goal"], [0.0, 1.0])
+        # (an array broadcast to the same values is not the same value)
+        with pytest.raises(ValueError, match=r"sets whole envs: env 0's rows \[0, 1, 2\]"):
+            envs.set_attr("goal", [np.array([1.0]), np.array([1.0, 1.0]), np.array([1.0])] + [np.array([2.0])] * 3)
+
+
 def _take(obs, rows: slice):
     return {k: v[rows] for k, v in obs.items()} if isinstance(obs, dict) else obs[rows]
 

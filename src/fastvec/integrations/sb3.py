@@ -31,6 +31,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     ) from e
 
 from fastvec.integrations._sb3_env_access import ATTRIBUTE, build_env
+from fastvec.vector._arguments import same_value
 from fastvec.vector._batch_tree import copy_batch, put_rows
 from fastvec.vector.fast_vector_env import FastVectorEnv
 
@@ -145,20 +146,20 @@ class SB3VecEnv(VecEnv):
         seeds = list(self._seeds)
         seed_arg = None if all(s is None for s in seeds) else seeds
         options = self._options
-        if all(_same_value(o, options[0]) for o in options[1:]) or not self._has_reset:
+        if all(same_value(o, options[0]) for o in options[1:]) or not self._has_reset:
             # With different options per env, the very first reset must still be a full one
             # (a masked reset needs every env reset once): it uses env 0's options, and the
             # envs with other options are then reset again below.
             obs, infos = self.vector_env.reset(seed=seed_arg, options=dict(options[0]) if options[0] else None)
             self.reset_infos = _split_infos(infos, self.num_envs, fill=True)
             self._has_reset = True
-            pending = np.array([not _same_value(o, options[0]) for o in options])
+            pending = np.array([not same_value(o, options[0]) for o in options])
         else:
             obs, pending = None, np.ones(self.num_envs, dtype=bool)
         while pending.any():
             # Different options per env: one masked reset per distinct options dict.
             first = int(np.flatnonzero(pending)[0])
-            mask = pending & np.array([_same_value(o, options[first]) for o in options])
+            mask = pending & np.array([same_value(o, options[first]) for o in options])
             pending &= ~mask
             group_obs, infos = self.vector_env.reset(seed=seed_arg, options={**options[first], "reset_mask": mask})
             if obs is None:
@@ -563,25 +564,6 @@ def _autoreset_mode_of(vector_env: VectorEnv) -> AutoresetMode:
         return AutoresetMode(mode)
     except ValueError as e:
         raise ValueError(f"Unknown autoreset_mode {mode!r}; expected one of {[m.value for m in AutoresetMode]}") from e
-
-
-def _same_value(a: Any, b: Any) -> bool:
-    """Whether two envs' reset options are the same (NumPy arrays compared by value; values
-    of different types, ``1`` and ``True``, are not the same)."""
-    if a is b:
-        return True
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_same_value(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b))
-    if isinstance(a, np.ndarray):
-        return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b))
-    try:
-        return bool(a == b)
-    except Exception:  # (values that do not compare)
-        return False
 
 
 def _split_infos(

@@ -1,4 +1,5 @@
-"""Caller side: checks of the arguments fastvec's vector envs share (FastVectorEnv, RayVectorEnv)."""
+"""Caller side: checks of the arguments fastvec's vector envs and adapters share (FastVectorEnv,
+RayVectorEnv, MultiAgentVectorEnv, the SB3 adapter)."""
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -113,3 +114,23 @@ def checked_step_timeout(step_timeout) -> float | None:
     if not step_timeout > 0:
         raise ValueError(f"step_timeout must be > 0 seconds, got {step_timeout}")
     return float(step_timeout)
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two values given for different envs (or an env's rows) are the same value:
+    of the same type, containers compared item by item and NumPy arrays by dtype, shape and
+    value (``1`` and ``True``, or ``[1]`` and ``[1, 1]``, are not the same)."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b))
+    try:
+        return bool(a == b)
+    except Exception:  # (values that do not compare)
+        return False

@@ -8,6 +8,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from fastvec.vector._agent_rows import AGENT_INFO_GIVEN, AGENT_INFOS, AgentRows
+from fastvec.vector._arguments import same_value
 from fastvec.vector._batch_tree import row_of
 from fastvec.vector.fast_vector_env import FastVectorEnv, _SpacesDiffer
 
@@ -362,7 +363,7 @@ class MultiAgentVectorEnv(VectorEnv):
                                  f"({self.num_parallel_envs} envs x {self.num_agents} agents), got {len(values)}")
             per_env = list(values[::self.num_agents])
             for row, value in enumerate(values):
-                if not _alike(value, per_env[row // self.num_agents]):
+                if not same_value(value, per_env[row // self.num_agents]):
                     e = row // self.num_agents
                     raise ValueError(f"set_attr({name!r}, values) sets whole envs: env {e}'s rows "
                                      f"{self._env_rows[e].tolist()} must have one value, got "
@@ -634,16 +635,6 @@ class MultiAgentVectorEnv(VectorEnv):
 
     def __repr__(self) -> str:
         return f"MultiAgentVectorEnv({self.num_parallel_envs} envs x {self.num_agents} agents)"
-
-
-def _alike(a: Any, b: Any) -> bool:
-    """Whether two values given for one env's rows are the same value."""
-    if a is b:
-        return True
-    try:
-        return type(a) is type(b) and bool(np.all(a == b))
-    except Exception:  # (values that do not compare)
-        return False
 
 
 class _RowsMaker:
