@@ -615,6 +615,9 @@ def test_set_attr_compares_an_envs_values_by_value_arrays_inside_containers_too(
         got = envs.get_attr("goal")
         np.testing.assert_array_equal(got[3]["goal"], [5.0, 1.0])
         np.testing.assert_array_equal(got[0]["goal"], [0.0, 1.0])
+        ragged = [np.array([np.zeros(2), np.ones(k)], dtype=object) for k in (3, 4) for _ in range(3)]
+        envs.set_attr("shapes", ragged)  # (object arrays: compared item by item)
+        assert [len(v[1]) for v in envs.get_attr("shapes")] == [3] * 3 + [4] * 3
         # (an array broadcast to the same values is not the same value)
         with pytest.raises(ValueError, match=r"sets whole envs: env 0's rows \[0, 1, 2\]"):
             envs.set_attr("goal", [np.array([1.0]), np.array([1.0, 1.0]), np.array([1.0])] + [np.array([2.0])] * 3)

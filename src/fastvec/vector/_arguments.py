@@ -129,7 +129,11 @@ def same_value(a: Any, b: Any) -> bool:
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
     if isinstance(a, np.ndarray):
-        return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b))
+        if a.dtype != b.dtype or a.shape != b.shape:
+            return False
+        if a.dtype == object:  # (items that may themselves be arrays, or not compare)
+            return all(same_value(x, y) for x, y in zip(a.flat, b.flat))
+        return bool(np.array_equal(a, b))
     try:
         return bool(a == b)
     except Exception:  # (values that do not compare)
