@@ -347,6 +347,28 @@ def test_a_restarted_env_reports_its_last_observation(mode):
             assert envs.agent_mask[:3].tolist() == present.tolist()
 
 
+def test_envs_a_masked_async_reset_left_out_come_back_reset_when_their_worker_dies_in_it(tmp_path):
+    """A masked async_reset resets env 1 alone, whose reset ends its worker's process: the new
+    process builds and resets env 0 too (reported restarted), so env 0's rows are its reset's
+    (a2 not yet spawned), not the agents it had before."""
+    make = functools.partial(_SecondResetFails, str(tmp_path / "failed"), how="exit")
+    with MultiAgentVectorEnv([make] * 4, num_workers=2, batch_size=2, env_failure="restart") as envs:
+        envs.async_reset(seed=0)
+        for _ in range(2):
+            envs.recv()
+        for _ in range(2):  # (two steps of every env: a2 has spawned)
+            envs.send(np.zeros(12, np.int64), np.arange(12))
+            for _ in range(2):
+                envs.recv()
+        assert envs.agent_mask.all()
+        envs.async_reset(options={"reset_mask": np.repeat(np.arange(4) == 1, 3)})
+        _, _, terminated, _, infos = envs.recv()
+        assert infos["env_id"].tolist() == list(range(6)) and infos["env_restarted"].all()
+        assert infos["agent_mask"].tolist() == [True, True, False] * 2  # (both envs reset)
+        assert terminated.tolist() == [False, False, True] * 2
+        assert envs.agent_mask[:6].tolist() == [True, True, False] * 2
+
+
 class _FailsOnceAtStep5(_FailsOnceAtStep3):
     """Arena of 7 steps (a1 terminated at step 4) whose fifth step raises, the first time
     any env of its process gets there."""
@@ -679,12 +701,13 @@ def _send_recv_against_reference(make, n, mode, steps, dict_obs, sample, **kwarg
 
 
 class _SecondResetFails(Arena):
-    """Arena whose second reset (its first autoreset) raises, once for all instances (a marker
-    file)."""
+    """Arena whose second reset (its first autoreset, or a reset asked for) fails, once for
+    all instances (a marker file): it raises, or with ``how="exit"`` ends its worker's
+    process (``os._exit``)."""
 
-    def __init__(self, marker):
+    def __init__(self, marker, how="raise"):
         super().__init__()
-        self.marker, self.resets = marker, 0
+        self.marker, self.how, self.resets = marker, how, 0
 
     def reset(self, seed=None, options=None):
         import os
@@ -692,6 +715,8 @@ class _SecondResetFails(Arena):
         self.resets += 1
         if self.resets == 2 and not os.path.exists(self.marker):
             open(self.marker, "w").close()
+            if self.how == "exit":
+                os._exit(4)
             raise ValueError("boom in reset")
         return super().reset(seed, options)
 

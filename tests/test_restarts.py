@@ -630,6 +630,38 @@ def test_a_worker_that_dies_during_async_reset_hands_back_its_envs_first_observa
     assert env.restarts.tolist() == [int(e in WORKER_1) for e in range(NUM_ENVS)]
 
 
+def test_envs_a_masked_async_reset_left_out_count_as_reset_when_their_worker_dies_in_it(tmp_path, workers_seen):
+    """DISABLED autoreset, send/recv: every env's episode has ended, and a masked async_reset
+    resets env 5 alone, whose reset ends its worker's process. The new process builds and
+    resets all of that worker's envs (reported restarted, with first observations), so they
+    take actions again; worker 0's envs, not reset, still refuse them."""
+    envs, pids = workers_seen
+    marker = str(tmp_path / "failed")
+    env = FastVectorEnv([(lambda k=k: FlakyEnv(marker=marker, episode=2, reset_fails=k == FAILING, reset_how="exit",
+                                               reset_fails_at=2)) for k in range(NUM_ENVS)],
+                        num_workers=2, batch_size=4, env_failure="restart", autoreset_mode=AutoresetMode.DISABLED)
+    envs.append(env)
+    pids.update(p.pid for p in env.processes)
+    env.async_reset(seed=SEED)
+    ended = set()
+    while len(ended) < 2:  # (each worker's envs: reset, two steps, the episode over)
+        _, _, terminations, _, infos = env.recv()
+        ids = infos["env_id"].tolist()
+        if terminations.all():
+            ended.add(ids[0])
+            continue
+        env.send(np.zeros(4, dtype=np.int64), ids)
+    env.async_reset(options={"reset_mask": np.arange(NUM_ENVS) == FAILING})
+    obs, _, terminations, truncations, infos = env.recv()
+    pids.update(p.pid for p in env.processes)
+    assert infos["env_id"].tolist() == WORKER_1
+    assert infos["env_restarted"].all() and not terminations.any() and not truncations.any()
+    env.send(np.zeros(4, dtype=np.int64), WORKER_1)  # (all of them reset again: no AssertionError)
+    env.recv()
+    with pytest.raises(AssertionError, match=r"envs \[0, 1, 2, 3\] terminated"):
+        env.send(np.zeros(4, dtype=np.int64), list(range(4)))
+
+
 def test_a_worker_restart_seen_by_another_workers_recv_is_reported_with_its_envs(tmp_path, workers_seen):
     """send/recv, one worker's envs per recv: env 5 ends its worker's process in a step. The
     pool may see that death while it waits for any worker, and start the worker again in a

@@ -688,15 +688,6 @@ class FastVectorEnv(WorkerVectorEnv):
         infos = staging.take_replies(replies, env_ids, infos_seen)
         infos["env_id"] = env_ids
         rows = slice(self._starts[got[0]], self._stops[got[-1]]) if contiguous else env_ids
-        self._recv_left_out = None
-        if self._any_left_out:
-            left_out = self._left_out[env_ids]
-            if left_out.any():
-                self._recv_left_out = left_out
-                self._left_out[env_ids] = False
-                self._any_left_out = bool(self._left_out.any())
-        if self._autoreset_disabled:
-            self._note_ended(env_ids, rows)
         obs = staging.observation_rows(rows)
         if self._restarts is not None:
             env_list = env_ids.tolist()
@@ -709,6 +700,18 @@ class FastVectorEnv(WorkerVectorEnv):
             if self._last_obs is not None:
                 self._last_obs = put_rows(self._last_obs, env_list, obs, list(range(len(env_list))),
                                           self.single_observation_space)
+        self._recv_left_out = None
+        if self._any_left_out:
+            left_out = self._left_out[env_ids]
+            if left_out.any():
+                self._left_out[env_ids] = False
+                self._any_left_out = bool(self._left_out.any())
+                restarted = infos.get("env_restarted")
+                if restarted is not None:  # (a worker that ended in the reset: all its envs were reset again)
+                    left_out &= ~np.asarray(restarted, dtype=np.bool_)
+                self._recv_left_out = left_out if left_out.any() else None
+        if self._autoreset_disabled:
+            self._note_ended(env_ids, rows)
         return (
             obs,
             staging.rewards[rows].copy() if contiguous else staging.rewards[rows],
