@@ -208,7 +208,7 @@ class MultiAgentVectorEnv(VectorEnv):
         if env_mask is not None:  # (the envs not reset keep their agents)
             kept = ~np.asarray(env_mask, bool)
             mask[kept] = self.agent_mask.reshape(self.num_parallel_envs, self.num_agents)[kept]
-            self._gone[np.repeat(~kept, self.num_agents)] = False
+            self._gone &= np.repeat(kept, self.num_agents)  # (as async_reset: the envs reset forget who left)
         else:
             self._gone[:] = False
         self.agent_mask = mask.reshape(-1).copy()
