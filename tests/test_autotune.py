@@ -47,6 +47,41 @@ def test_the_pick_must_beat_the_defaults_by_the_margin(monkeypatch):
     assert autotune(fns, settings=[a], margin=0.01, verbose=False) == a
 
 
+def test_fastvec_autotune_is_callable_as_the_readme_shows_and_still_a_module(monkeypatch):
+    import importlib
+    import types
+
+    import fastvec
+
+    seen = _fake_rates(monkeypatch, {(): 100.0, (("num_workers", 1),): 120.0})
+    fns = [lambda: gym.make("CartPole-v1")] * 2
+    assert fastvec.autotune(fns, settings=[{"num_workers": 1}], verbose=False) == {"num_workers": 1}
+    assert seen == [{}, {"num_workers": 1}]
+    assert isinstance(fastvec.autotune, types.ModuleType) and fastvec.autotune is autotune_module
+    assert importlib.import_module("fastvec.autotune") is fastvec.autotune
+    assert fastvec.autotune.autotune is autotune and fastvec.autotune.candidates is candidates
+    with pytest.raises(TypeError, match="env_fns"):
+        fastvec.autotune()
+    # (the package imports it on first use only: `python -m fastvec.autotune` runs it without runpy's warning)
+    done = subprocess.run([sys.executable, "-W", "error", "-c",
+                           "import sys, fastvec; assert 'fastvec.autotune' not in sys.modules; "
+                           "assert callable(fastvec.autotune); from fastvec import autotune; assert callable(autotune)"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_pick_that_steps_in_the_caller_says_it_gives_up_isolation(monkeypatch, capsys):
+    fns = [lambda: gym.make("CartPole-v1")] * 4
+    in_caller, workers = {"num_workers": 2, "step_in_caller": True}, {"num_workers": 1}
+    _fake_rates(monkeypatch, {(): 100.0, (("num_workers", 1),): 120.0,
+                              (("num_workers", 2), ("step_in_caller", True)): 130.0})
+    assert autotune(fns, settings=[workers, in_caller]) == in_caller
+    out = capsys.readouterr().out
+    assert "step_in_caller=True" in out and 'env_failure="restart"' in out
+    assert autotune(fns, settings=[workers]) == workers  # (a pick that keeps the envs in workers: no note)
+    assert "env_failure" not in capsys.readouterr().out
+
+
 def test_the_budget_stops_trying_settings(monkeypatch):
     fns = [lambda: gym.make("CartPole-v1")] * 2
     seen = _fake_rates(monkeypatch, {(): 1.0, (("num_workers", 1),): 1.0, (("num_workers", 2),): 1.0})

@@ -482,6 +482,23 @@ def test_seeds_follow_seed_plus_i_whatever_the_workers():
     np.testing.assert_array_equal(outs[0][3:6], np.stack([env1["a0"], env1["a1"], np.zeros(3, np.float32)]))
 
 
+def test_an_aec_env_is_refused_at_construction_naming_aec_to_parallel():
+    """A PettingZoo AEC env has every name of the ParallelEnv API (possible_agents, the spaces,
+    reset, step); it must not get as far as a reset, whose None cannot be unpacked."""
+    import multiprocessing
+
+    rps = pytest.importorskip("pettingzoo.classic.rps_v2")
+    from pettingzoo.utils.conversions import aec_to_parallel
+
+    with pytest.raises(TypeError, match=r"AEC env .*aec_to_parallel") as info:
+        MultiAgentVectorEnv([rps.env] * 2, num_workers=1)
+    assert info.value.env_index == 0
+    assert multiprocessing.active_children() == []
+    with MultiAgentVectorEnv([lambda: aec_to_parallel(rps.env())] * 2, num_workers=1) as envs:
+        obs, _ = envs.reset(seed=0)
+        assert len(obs) == 2 * envs.num_agents
+
+
 def test_bad_input_is_refused_clearly():
     with pytest.raises(TypeError, match="ParallelEnv"):
         MultiAgentVectorEnv([lambda: object()])

@@ -7,7 +7,7 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.error import ResetNeeded
+from gymnasium.error import ClosedEnvironmentError, ResetNeeded
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from fastvec import NativeVectorEnv
@@ -434,6 +434,27 @@ def test_step_before_reset_and_disabled_mode_misuse():
         env.step(a)
     env.reset(options={"reset_mask": te | tr})
     env.step(a)
+
+
+@pytest.mark.parametrize("render_mode", [None, "rgb_array"])
+def test_a_closed_env_refuses_every_call_and_closes_once(render_mode):
+    env = NativeVectorEnv("CartPole-v1", 2, render_mode=render_mode)
+    env.reset(seed=0)
+    env.step(np.array([0, 1]))
+    env.close()
+    assert env.closed
+    calls = {"step": lambda: env.step(np.array([0, 1])), "reset": lambda: env.reset(seed=0),
+             "call": lambda: env.call("gravity"), "get_attr": lambda: env.get_attr("gravity"),
+             "set_attr": lambda: env.set_attr("gravity", 1.0), "render": env.render}
+    for call in calls.values():
+        with pytest.raises(ClosedEnvironmentError, match="NativeVectorEnv.*close"):
+            call()
+    env.close()  # (again: nothing)
+    assert env.closed
+    with pytest.raises(ClosedEnvironmentError):  # (closed before its first reset too)
+        never_reset = NativeVectorEnv("CartPole-v1", 2)
+        never_reset.close()
+        never_reset.step(np.array([0, 1]))
 
 
 def test_constructor_errors():

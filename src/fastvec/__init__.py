@@ -3,6 +3,8 @@
 Importing fastvec makes ``gymnasium.make_vec(..., vectorization_mode="fastvec")``
 work (see :mod:`fastvec.registration`). ``fastvec.get_include()`` is the include directory
 of the native-env kit (:mod:`fastvec.native`), to build envs in C against.
+``fastvec.autotune(env_fns, ...)`` measures FastVectorEnv's settings on your envs
+(:mod:`fastvec.autotune`, a module that is callable, imported on first use).
 """
 from fastvec import registration, spaces
 from fastvec.advantages import gae, gae_sb3, gae_terminated_truncated, vtrace
@@ -17,9 +19,20 @@ __version__ = "0.1.0"
 
 registration.install()
 
+
+def __getattr__(name: str):
+    """``fastvec.autotune``, imported on first use: importing it here would import it before
+    ``python -m fastvec.autotune`` runs it (runpy then warns)."""
+    if name == "autotune":
+        import fastvec.autotune
+
+        return fastvec.autotune
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "FastVectorEnv", "MultiAgentVectorEnv", "NativeVectorEnv", "RemoteTraceback", "WorkerDiedError", "WorkerError",
-    "get_include", "registration", "spaces",
+    "autotune", "get_include", "registration", "spaces",
     "gae", "gae_sb3", "gae_terminated_truncated", "vtrace",
     "SumTree", "MinTree", "PrioritizedReplayBuffer",
 ]

@@ -7,19 +7,32 @@ few seconds, with a stand-in for the trainer's time between steps (``think_us`` 
 work, or a ``policy`` callable run on each batch of observations), prints the table and
 returns the keywords of the fastest. It picks a setting over the defaults only when it beat
 them by more than ``margin`` (3 % by default: this much noise comes with a shared machine),
-so its pick is never slower than the defaults as measured.
+so its pick is never slower than the defaults as measured. A pick with ``step_in_caller=True``
+runs env code in the calling process, which ``env_failure="restart"`` refuses (see
+:func:`autotune`).
+
+The module is callable: ``fastvec.autotune(env_fns, ...)`` is :func:`autotune`, and
+``from fastvec.autotune import autotune`` imports the same function.
 
     python -m fastvec.autotune CartPole-v1 --num-envs 16 --think-us 200
 """
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+import types
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 __all__ = ["autotune", "candidates", "main"]
+
+#: Printed under the table when the pick steps envs in the caller.
+STEP_IN_CALLER_NOTE = (
+    "note: the pick has step_in_caller=True: the calling process steps a share of the envs itself, "
+    "so an env that crashes takes it with it, and FastVectorEnv refuses it with env_failure=\"restart\"; "
+    "to keep the envs isolated, pass settings without step_in_caller (the best of those is in the table).")
 
 
 def candidates(num_envs: int, cores: int) -> list[dict[str, Any]]:
@@ -70,7 +83,12 @@ def autotune(env_fns: Sequence[Callable[[], Any]], *, seconds: float = 1.0, thin
         verbose: print the table.
 
     Returns:
-        The keywords of the pick (``{}``: the defaults).
+        The keywords of the pick (``{}``: the defaults). A pick with ``step_in_caller=True``
+        gives up the isolation of the caller from the envs: an env that crashes takes the
+        caller with it, and FastVectorEnv refuses it with ``env_failure="restart"`` (the
+        table says so under it). To measure only settings that keep the envs in worker
+        processes, pass ``settings`` without it, e.g.
+        ``[s for s in candidates(len(env_fns), cores) if not s.get("step_in_caller")]``.
 
     Raises:
         ValueError: ``seconds`` not positive, ``think_us`` or ``margin`` negative, or no env.
@@ -119,6 +137,8 @@ def autotune(env_fns: Sequence[Callable[[], Any]], *, seconds: float = 1.0, thin
         print_table(f"autotune: {len(env_fns)} envs, {seconds:g} s each, "
                     f"{'policy' if policy else f'{think_us:g} µs of one-core work'} between steps",
                     ["FastVectorEnv keywords", "SPS", "vs defaults", "pick"], rows)
+        if pick.get("step_in_caller"):
+            print(STEP_IN_CALLER_NOTE)
     return pick
 
 
@@ -134,7 +154,7 @@ def _busy(seconds: float) -> None:
 
 def _measure(env_fns, setting: dict[str, Any], seconds: float, think_us: float, policy) -> float:
     """Env transitions per second of FastVectorEnv(env_fns, **setting) (see :func:`autotune`)."""
-    from fastvec import FastVectorEnv
+    from fastvec.vector.fast_vector_env import FastVectorEnv
 
     think = (lambda obs: policy(obs)) if policy is not None else (
         (lambda obs: _busy(think_us * 1e-6)) if think_us > 0 else (lambda obs: None))
@@ -195,9 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--think-us", type=float, default=0.0, help="one-core work between steps (µs)")
     parser.add_argument("--budget-s", type=float, default=None, help="stop trying settings after this long")
     args = parser.parse_args(argv)
-    import gymnasium as gym
-
-    import fastvec  # noqa: F401  (registers fastvec's own envs)
+    import gymnasium as gym  # (fastvec's own envs are registered: importing this module imported fastvec)
 
     if args.env_id not in gym.registry:
         parser.error(f"{args.env_id!r} is not a registered env id")
@@ -208,6 +226,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\nFastVectorEnv keywords: {pick or '{} (the defaults)'}")
     return 0
 
+
+class _CallableModule(types.ModuleType):
+    """This module, callable as the README shows it: ``fastvec.autotune(env_fns, ...)`` calls
+    :func:`autotune` (the module stays a module: ``import fastvec.autotune`` and
+    ``from fastvec.autotune import autotune, candidates`` work as before)."""
+
+    def __call__(self, env_fns: Sequence[Callable[[], Any]], **kwargs: Any) -> dict[str, Any]:
+        return autotune(env_fns, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -10,7 +10,7 @@ from libc.string cimport memcpy
 import numpy as np
 cimport numpy as cnp
 from gymnasium import spaces
-from gymnasium.error import ResetNeeded
+from gymnasium.error import ClosedEnvironmentError, ResetNeeded
 
 from libc.stdint cimport int32_t, int64_t, uint8_t
 
@@ -360,9 +360,12 @@ cdef class Batch:
 
         Raises ValueError/TypeError for invalid actions (naming the env index) and, in
         DISABLED mode, for stepping an env whose episode ended without a reset; nothing is
-        stepped then.
+        stepped then. Raises ResetNeeded before the first reset, and ClosedEnvironmentError
+        once the subclass is ``closed`` (its close clears ``_was_reset``: one test here).
         """
         if not self._was_reset:
+            if getattr(self, "closed", False):
+                raise ClosedEnvironmentError(f"Trying to operate on `{type(self).__name__}`, after a call to `close()`.")
             raise ResetNeeded("Cannot call env.step() before calling env.reset()")
         self._bind_actions(actions)
         cdef bint pooled = self._use_pool()

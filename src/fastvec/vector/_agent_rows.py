@@ -19,6 +19,7 @@ once no agent is left or every agent that reported is terminated or truncated.
 """
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -45,8 +46,25 @@ def _is_parallel_env(env: Any) -> bool:
             and callable(getattr(env, "reset", None)))
 
 
+def _is_aec_env(env: Any) -> bool:
+    """Whether ``env`` is a PettingZoo AEC env: it has the ParallelEnv API's names too, but
+    steps one agent at a time (``agent_iter``, ``last``; its ``reset`` returns None)."""
+    pettingzoo_env = sys.modules.get("pettingzoo.utils.env")  # (loaded if env is PettingZoo's)
+    if pettingzoo_env is not None and isinstance(env, pettingzoo_env.ParallelEnv):
+        return False
+    if pettingzoo_env is not None and isinstance(env, pettingzoo_env.AECEnv):
+        return True
+    return callable(getattr(env, "agent_iter", None)) and callable(getattr(env, "last", None))
+
+
 def check_parallel_env(env: Any, where: str) -> None:
-    """Raise TypeError unless ``env`` has PettingZoo's ParallelEnv API."""
+    """Raise TypeError unless ``env`` has PettingZoo's ParallelEnv API (an AEC env does not)."""
+    if _is_aec_env(env):
+        raise TypeError(
+            f"{where} must build a PettingZoo ParallelEnv, got the AEC env {type(env).__name__} (one agent "
+            "steps at a time: its reset returns None, its step takes one action); convert it with "
+            "pettingzoo.utils.conversions.aec_to_parallel(env), or build the env's parallel_env() instead"
+        )
     if not _is_parallel_env(env):
         raise TypeError(
             f"{where} must build a PettingZoo ParallelEnv (possible_agents, observation_space(agent), "

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import reprlib
 import signal
 import sys
 import time
@@ -288,7 +289,7 @@ class _Worker:
         except Exception:
             pass
         try:
-            self.envs[j] = self.env_fns[j]()
+            self.envs[j] = build_env(self.env_fns[j], self.first + j)
         except BaseException:
             self.rebuild_failed = True  # (reported as such: the caller does not retry it)
             raise
@@ -421,6 +422,19 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def build_env(env_fn: Callable[[], Any], index: int) -> Any:
+    """``env_fn()``, the constructor of env ``index``; TypeError, naming what came back, unless
+    that is an env (what the worker reads of it: the spaces, ``reset``, ``step``), e.g.
+    ``env_fns[3] returned None, expected a gymnasium.Env (it has no observation_space, ...)``.
+    """
+    env = env_fn()
+    missing = [name for name in ("observation_space", "action_space", "reset", "step") if not hasattr(env, name)]
+    if missing:
+        raise TypeError(f"env_fns[{index}] returned {reprlib.repr(env)}, expected a gymnasium.Env "
+                        f"(it has no {', '.join(missing)})")
+    return env
+
+
 def error_report(exc: BaseException, env_index: int | None, phase: str) -> tuple:
     """What a worker sends when a command raised: enough to re-raise it in the caller."""
     import pickle
@@ -464,7 +478,7 @@ def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: 
     try:
         try:
             for env_fn in env_fns:
-                envs.append(env_fn())
+                envs.append(build_env(env_fn, first + len(envs)))
         except BaseException as exc:
             _protocol.send(pipe, error_report(exc, first + len(envs), "the env constructor"))
             return

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.error import ResetNeeded
+from gymnasium.error import ClosedEnvironmentError, ResetNeeded
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
@@ -159,7 +159,12 @@ class NativeVectorEnv(Batch, VectorEnv):
         return tuple(self._seeds)
 
     # step(actions) is Batch.step (one C-level call): it returns
-    # (obs, rewards, terminated, truncated, infos), like SyncVectorEnv.step.
+    # (obs, rewards, terminated, truncated, infos), like SyncVectorEnv.step. After close() it
+    # raises ClosedEnvironmentError (close clears _was_reset, which Batch.step tests anyway).
+
+    def _assert_is_running(self) -> None:
+        if self.closed:
+            raise ClosedEnvironmentError(f"Trying to operate on `{type(self).__name__}`, after a call to `close()`.")
 
     def reset(
         self,
@@ -168,6 +173,7 @@ class NativeVectorEnv(Batch, VectorEnv):
         options: dict[str, Any] | None = None,
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Reset all envs (or those in ``options["reset_mask"]``), seeding env i with seed + i."""
+        self._assert_is_running()
         n = self.num_envs
         seeds = seeds_per_env(seed, n)
         options, mask = split_reset_options(options, n)
@@ -186,6 +192,7 @@ class NativeVectorEnv(Batch, VectorEnv):
 
     def render(self) -> tuple[np.ndarray, ...] | None:
         """Frames of every env (``render_mode="rgb_array"``), drawn by the Python env's renderer."""
+        self._assert_is_running()
         if self.render_mode is None:
             gym.logger.warn("You are calling render method without specifying any render mode. "
                             f'Pass render_mode="rgb_array" to NativeVectorEnv("{self.env_id}", ...).')
@@ -214,6 +221,7 @@ class NativeVectorEnv(Batch, VectorEnv):
         hold it; ``render`` renders. Methods cannot be called on compiled envs:
         ``NotImplementedError``.
         """
+        self._assert_is_running()
         if name == "render":
             return self.render()
         if name == "np_random_seed":
@@ -245,13 +253,17 @@ class NativeVectorEnv(Batch, VectorEnv):
 
     def set_attr(self, name: str, values: Any) -> None:
         """Not supported: the compiled envs' parameters are fixed at construction."""
+        self._assert_is_running()
         raise NotImplementedError(
             f"NativeVectorEnv cannot set {name!r}: its envs' parameters are fixed at construction "
             "(pass env kwargs to the constructor), or use the multiprocess backend "
             "(vector_kwargs={'native': False} in make_vec) to change env attributes")
 
     def close_extras(self, **kwargs: Any) -> None:
-        """Close the Python env's renderer if it was opened."""
+        """Close the Python env's renderer if it was opened. From now on ``step``, ``reset``,
+        ``call``, ``get_attr``, ``set_attr`` and ``render`` raise ClosedEnvironmentError (as
+        Gymnasium's vector envs do); ``close`` again does nothing."""
+        self._was_reset = False  # (Batch.step then sees ``closed``: no test of its own per step)
         ref = getattr(self, "_ref", None)
         if ref is not None:
             ref.close()
