@@ -111,7 +111,7 @@ def test_the_release_only_backend_is_fastvec_whose_steps_are_never_parked():
     default = train.gym_backend("FastVectorEnv", train.make_cartpole, 2)
     try:
         assert type(released) is type(default)
-        assert default._pool.openmp._park and not released._pool.openmp._park
+        assert default.wait_settings.park and not released.wait_settings.park
     finally:
         released.close()
         default.close()

@@ -19,8 +19,8 @@ from helpers import TwoCoreCompute
 from fastvec.vector import _sync
 from fastvec.vector._protocol import Command, SharedWord, Word
 from fastvec.vector._step_server import StepServer
-from fastvec.vector._worker import MAX_SPIN_S, OTHER_CPU_SPIN_S, THINK_WINDOW_S
-from fastvec.vector._openmp import OpenMPIdleThreads, loaded_runtimes
+from fastvec.vector._wait.openmp import OpenMPIdleThreads, loaded_runtimes
+from fastvec.vector._wait.policy import MAX_SPIN_S, OTHER_CPU_SPIN_S, RECHECK_EVERY, THINK_WINDOW_S
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads CPU times from /proc")
 
@@ -398,11 +398,21 @@ def test_a_parked_step_keeps_the_trainers_openmp_threads_for_its_next_region():
     assert threads_after[-1] == 0, threads_after
 
 
+@pytest.fixture
+def park_whatever_it_costs(monkeypatch):
+    """Parking as on a quiet host: the measured cost of starting the OpenMP threads again is
+    taken as endless, so that a loaded test machine does not switch the parked path off in a
+    test of what parked steps return (the switch has its own test)."""
+    from fastvec.vector._wait.openmp import _Runtime
+
+    monkeypatch.setattr(_Runtime, "measure_start_cost", lambda self: float("inf"))
+
+
 def _fake_runtime(pool: list) -> tuple:
     """An OpenMP runtime stand-in and a _Runtime reading it: its pause takes 50 µs while
     ``pool[0]`` is true (a pool to end) and returns at once otherwise; its GOMP_parallel runs
     the region's body on the calling thread alone (thread 0 of a team of one)."""
-    from fastvec.vector._openmp import _Runtime
+    from fastvec.vector._wait.openmp import _Runtime
 
     def pause(kind):
         if pool[0]:
@@ -422,17 +432,15 @@ def _fake_runtime(pool: list) -> tuple:
 
 
 def test_steps_are_parked_while_the_trainer_runs_a_parallel_region_before_most_of_them():
-    from fastvec.vector._openmp import RECHECK_EVERY
-
     pool = [True]
     keep, runtime = _fake_runtime(pool)
     for _ in range(3):  # a pool found before three steps in a row
         runtime.release()
     assert runtime.hot
     for _ in range(RECHECK_EVERY - 1):
-        runtime.count_parked_step()
+        runtime.count_parked_step(0.0)
     assert runtime.hot
-    runtime.count_parked_step()  # time to check again: release the next steps
+    runtime.count_parked_step(0.0)  # time to check again: release the next steps
     assert not runtime.hot
     pool[0] = False
     runtime.release()  # (the pool left by the last parked step does not count)
@@ -447,9 +455,34 @@ def test_steps_are_parked_while_the_trainer_runs_a_parallel_region_before_most_o
         assert not runtime.hot
 
 
-def test_steps_parked_by_the_vector_env_are_counted_towards_the_next_check():
-    from fastvec.vector._openmp import RECHECK_EVERY
+def test_parking_stops_where_leaving_the_region_costs_more_than_starting_the_threads_again():
+    """On a contended host (another trainer, a CPU hog) a parked thread can be queued behind
+    other work, and the caller waits for it to leave the region: once that takes longer on
+    average than the threads' start measured here, the steps are released instead, and stay
+    so for RECHECK_EVERY steps."""
+    pool = [True]
+    keep, runtime = _fake_runtime(pool)
+    for _ in range(3):
+        runtime.release()
+    assert runtime.hot and runtime.start_cost is not None
+    runtime.start_cost = 100e-6
+    for _ in range(20):  # leaving takes 60 µs: cheaper than 100 µs of thread starts
+        runtime.count_parked_step(60e-6)
+    assert runtime.hot
+    for _ in range(20):  # a queued thread: 2 ms to leave
+        runtime.count_parked_step(2e-3)
+        if not runtime.hot:
+            break
+    assert not runtime.hot
+    for _ in range(RECHECK_EVERY - 1):  # the trainer still runs a region before every step
+        runtime.release()
+        assert not runtime.hot
+    for _ in range(3):
+        runtime.release()
+    assert runtime.hot
 
+
+def test_steps_parked_by_the_vector_env_are_counted_towards_the_next_check():
     pool = [True]
     keep, runtime = _fake_runtime(pool)
     idle = OpenMPIdleThreads()
@@ -458,9 +491,10 @@ def test_steps_parked_by_the_vector_env_are_counted_towards_the_next_check():
     for _ in range(3):
         idle.release()
     assert idle.parking
+    assert idle.parked_runtimes().tolist() == [[runtime.parallel, runtime.thread_num]]
     for k in range(RECHECK_EVERY):
-        assert idle.run_parked(lambda x: x + 1, k) == k + 1
-    assert not idle.parking
+        idle.count_parked_step(0.0)
+    assert not idle.parking and idle.parked_runtimes() is None
 
 
 def test_a_runtime_without_its_region_entry_point_is_never_parked_in():
@@ -474,7 +508,7 @@ def test_a_runtime_without_its_region_entry_point_is_never_parked_in():
 
 @needs_torch_threads
 def test_a_parked_call_runs_on_the_calling_thread_as_thread_0_of_the_runtimes_team():
-    from fastvec.vector._omp_park import run_parked
+    from fastvec.vector._wait._omp_park import run_parked
 
     _parallel_op()
     paths = loaded_runtimes()
@@ -508,7 +542,7 @@ class FailingCartPole(gym.Wrapper):
 
 
 @needs_torch_threads
-def test_parked_steps_return_what_sync_vector_env_returns():
+def test_parked_steps_return_what_sync_vector_env_returns(park_whatever_it_costs):
     """Parking changes where the trainer's threads wait, never a result: CartPole x4 with a
     parallel op before each step, against SyncVectorEnv on the same seeds and actions."""
     _parallel_op()
@@ -532,7 +566,7 @@ def test_parked_steps_return_what_sync_vector_env_returns():
 
 
 @needs_torch_threads
-def test_an_env_error_in_a_parked_step_is_raised_as_in_any_step():
+def test_an_env_error_in_a_parked_step_is_raised_as_in_any_step(park_whatever_it_costs):
     _parallel_op()
     if not any("libgomp" in path for path in loaded_runtimes()):
         pytest.skip("torch here does not use GNU OpenMP")
@@ -555,26 +589,130 @@ def test_release_is_harmless_without_openmp_work():
     assert not idle.parking
 
 
+class _OpenMPReportingEnv:
+    """Mixed into a toy env: ``omp_in_parallel()`` of each GNU OpenMP runtime in its process."""
+
+    def omp_in_parallel(self):
+        return [ctypes.CDLL(path).omp_in_parallel() for path in loaded_runtimes()]
+
+
 @needs_torch_threads
-def test_a_worker_restarted_during_a_parked_step_steps_on(tmp_path):
+def test_a_worker_restarted_during_a_parked_step_is_not_forked_inside_the_region(tmp_path, park_whatever_it_costs):
     """With env_failure="restart" a worker whose process ends in a parked step is replaced
-    from inside the trainer's region, and the vector env steps on, still parked."""
+    outside the trainer's region (a process forked inside it would run its OpenMP code on one
+    thread for the rest of its life: ``omp_in_parallel()`` would be 1 there), and the vector
+    env steps on."""
     from toy_envs import FlakyEnv
+
+    class Reporting(_OpenMPReportingEnv, FlakyEnv):
+        pass
 
     _parallel_op()
     if not any("libgomp" in path for path in loaded_runtimes()):
         pytest.skip("torch here does not use GNU OpenMP")
     marker = str(tmp_path / "failed")
-    fns = [(lambda k=k: FlakyEnv(12 if k == 3 else None, "exit", marker)) for k in range(4)]
-    with FastVectorEnv(fns, num_workers=2, env_failure="restart") as env:
+    fns = [(lambda k=k: Reporting(12 if k == 3 else None, "exit", marker)) for k in range(4)]
+    with FastVectorEnv(fns, num_workers=2, env_failure="restart", context="fork") as env:
         env.reset(seed=0)
         parked_at_failure = None
         for t in range(1, 25):
             _parallel_op()
-            parking = env._pool.openmp.parking
+            parking = env.wait_settings.park and env._pool.openmp.parking
             _, _, _, truncations, infos = env.step(np.zeros(4, dtype=np.int64))
             if t == 12:
                 parked_at_failure = parking
                 assert np.flatnonzero(infos["env_restarted"]).tolist() == [2, 3] and truncations[2:].all()
-        assert parked_at_failure and env._pool.openmp.parking
+        assert parked_at_failure
         assert env.restarts.tolist() == [0, 0, 1, 1]
+        in_parallel = env.call("omp_in_parallel")
+    assert all(flag == 0 for flags in in_parallel for flag in flags), in_parallel
+    assert any(flags for flags in in_parallel[2:]), "the restarted worker loaded no GNU OpenMP runtime"
+
+
+@needs_torch_threads
+def test_a_setting_changed_by_a_signal_handler_during_a_parked_step_survives_it(park_whatever_it_costs):
+    """A signal handler (or any Python) that runs while a step waits runs outside the
+    trainer's OpenMP region: ``torch.set_num_threads`` called there is not undone when the
+    step ends, as it would be inside a region."""
+    import signal
+
+    _parallel_op()
+    if not any("libgomp" in path for path in loaded_runtimes()):
+        pytest.skip("torch here does not use GNU OpenMP")
+    threads = torch.get_num_threads()
+    previous = signal.signal(signal.SIGALRM, lambda *_: torch.set_num_threads(1))
+    try:
+        with FastVectorEnv(_fns(2, step_sleep=0.05), num_workers=2) as env:
+            env.reset(seed=0)
+            for _ in range(4):
+                _parallel_op()
+                env.step(np.zeros(2, dtype=np.int64))
+            _parallel_op()
+            assert env._pool.openmp.parking
+            signal.setitimer(signal.ITIMER_REAL, 0.01)  # (the handler runs 10 ms into the step)
+            env.step(np.zeros(2, dtype=np.int64))
+            changed = torch.get_num_threads()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        torch.set_num_threads(threads)
+    assert changed == 1
+
+
+_STALLED_LOOP = """
+import json, sys, time
+import gymnasium as gym, numpy as np, torch
+from fastvec import FastVectorEnv
+from fastvec.vector._wait.openmp import _Runtime
+
+# (parking as on a quiet host, whatever this machine's load: the parked path is the one measured)
+_Runtime.measure_start_cost = lambda self: float("inf")
+
+class Stalls(gym.Wrapper):
+    def __init__(self, env, at):
+        super().__init__(env)
+        self.at, self.steps = at, 0
+    def step(self, action):
+        self.steps += 1
+        if self.steps == self.at:
+            time.sleep(2.0)
+        return self.env.step(action)
+
+policy = torch.nn.Sequential(torch.nn.Linear(4, 256), torch.nn.Tanh(), torch.nn.Linear(256, 2))
+envs = FastVectorEnv([(lambda k=k: Stalls(gym.make("CartPole-v1"), 40 if k == 0 else -1)) for k in range(8)])
+obs, _ = envs.reset(seed=0)
+for t in range(1, 60):
+    with torch.no_grad():  # (a batch large enough for torch to run it on its threads)
+        actions = policy(torch.as_tensor(obs).repeat(512, 1)).argmax(-1)[:8].numpy()
+    parking = envs._pool.openmp is not None and envs._pool.openmp.parking
+    cpu, wall = time.process_time(), time.perf_counter()
+    obs, *_ = envs.step(actions)
+    if time.perf_counter() - wall > 1.0:  # (the env's 40th step call: autoresets are not step calls)
+        stalled = dict(cpu=time.process_time() - cpu, wall=time.perf_counter() - wall, parking=parking,
+                       threads=torch.get_num_threads())
+envs.close()
+print(json.dumps(stalled))
+"""
+
+
+@needs_torch_threads
+@pytest.mark.parametrize("passive", [False, True], ids=["default", "OMP_WAIT_POLICY=passive"])
+def test_a_stalled_step_in_a_torch_loop_costs_the_trainer_no_core(passive):
+    """An env that stalls for 2 s in one step (a slow reset, a stuck simulator) inside a
+    training loop on torch's default threads: the trainer's process waits without burning
+    a core (under 5 % of one), whether its idle OpenMP threads were parked in the step
+    (default) or the user asked them to wait passively (then they are left alone)."""
+    import json
+    import subprocess
+    import sys
+
+    environ = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS")}
+    if passive:
+        environ["OMP_WAIT_POLICY"] = "passive"
+    done = subprocess.run([sys.executable, "-c", _STALLED_LOOP], env=environ, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    stalled = json.loads(done.stdout.strip().splitlines()[-1])
+    assert stalled["threads"] >= 2 and stalled["wall"] >= 2.0, stalled
+    assert stalled["parking"] is not passive, stalled  # (the parked path is the one measured by default)
+    assert stalled["cpu"] <= 0.05 * stalled["wall"], stalled

@@ -62,7 +62,7 @@ GYM_BACKENDS = ("SyncVectorEnv", "AsyncVectorEnv", "FastVectorEnv")
 HALVES = "FastVectorEnv, halves"
 #: FastVectorEnv(env_failure="restart") with no failure: what keeping a run alive costs
 RESTART = "FastVectorEnv, restart"
-#: FastVectorEnv (FastVecEnv in the SB3 loops) whose steps are never parked in the caller's
+#: FastVectorEnv(wait="release") (FastVecEnv in the SB3 loops): steps never parked in the caller's
 #: OpenMP region, its idle threads handed back before every step instead: what parking buys.
 #: Not in the default table; name it in the backends of ``python -m fastvec._bench.train``.
 RELEASE_ONLY = "FastVectorEnv, release only"
@@ -117,19 +117,11 @@ def gym_backend(name: str, make: Callable[[], gym.Env], num_envs: int):
     if name == RESTART:
         return FastVectorEnv(fns, autoreset_mode=mode, env_failure="restart")
     if name == RELEASE_ONLY:
-        return _release_only(FastVectorEnv(fns, autoreset_mode=mode))
+        return FastVectorEnv(fns, autoreset_mode=mode, wait="release")
     if name == NO_STATS:
         return FastVectorEnv(fns, autoreset_mode=mode, stats=False)
     raise ValueError(f"unknown backend {name!r}; expected one of "
                      f"{GYM_BACKENDS + (HALVES, RESTART, RELEASE_ONLY, NO_STATS)}")
-
-
-def _release_only(envs: FastVectorEnv) -> FastVectorEnv:
-    """``envs`` with its steps never parked (see :data:`RELEASE_ONLY`)."""
-    from fastvec.vector._openmp import OpenMPIdleThreads
-
-    envs._pool.openmp = OpenMPIdleThreads(park=False)
-    return envs
 
 
 class TimedVectorEnv(gym.vector.VectorWrapper):
@@ -411,10 +403,10 @@ def sb3_vec_env(name: str, env_id: str, num_envs: int):
     kwargs = {}
     if name == "SubprocVecEnv" and "fork" in multiprocessing.get_all_start_methods():
         kwargs = {"start_method": "fork"}  # (SB3's default, forkserver, re-imports torch in each)
+    if name == RELEASE_ONLY:
+        kwargs = {"wait": "release"}
     make = functools.partial(make_mujoco, env_id) if env_id.startswith("HalfCheetah") else env_id
     venv = make_vec_env(make, num_envs, seed=0, vec_env_cls=classes[name], vec_env_kwargs=kwargs)
-    if name == RELEASE_ONLY:
-        _release_only(venv.vector_env)
     return venv
 
 

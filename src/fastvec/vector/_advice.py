@@ -11,7 +11,7 @@ from typing import Mapping, Sequence
 
 from gymnasium import logger
 
-from fastvec.vector._openmp import LLVM_RUNTIME_NAMES, loaded_runtimes
+from fastvec.vector._wait.openmp import LLVM_RUNTIME_NAMES, loaded_runtimes
 
 __all__ = ["slow_settings", "warn_slow_settings_once"]
 
@@ -26,7 +26,7 @@ def slow_settings(*, pin_workers: bool | None, release_openmp_threads: bool, gnu
     Args:
         pin_workers, release_openmp_threads: the vector env's arguments.
         gnu_runtimes / llvm_runtimes: paths of the GNU / LLVM or Intel OpenMP runtimes loaded
-            in the calling process (:func:`fastvec.vector._openmp.loaded_runtimes`).
+            in the calling process (:func:`fastvec.vector._wait.openmp.loaded_runtimes`).
         environ: the process's environment variables.
 
     Returns:

@@ -25,7 +25,6 @@ from fastvec.spaces import Layout
 from fastvec.vector import _protocol, _sync
 from fastvec.vector._advice import warn_slow_settings_once
 from fastvec.vector._caller_share import CallerShare
-from fastvec.vector._openmp import OpenMPIdleThreads
 from fastvec.vector._protocol import LIVENESS_INTERVAL, QUIET_BITS, Word
 from fastvec.vector._protocol import STATUS_CALL_ERROR as _CALL_ERROR
 from fastvec.vector._protocol import STATUS_INFOS as _INFOS
@@ -35,21 +34,14 @@ from fastvec.vector._remote_worker import RemoteWorker, end_workers, usable_cpus
 from fastvec.vector._restarts import Restarts
 from fastvec.vector._shared_buffer import Section, SharedBuffer
 from fastvec.vector._stats import StatsRegion
-from fastvec.vector._worker import REBUILD_PHASE, THINK_WINDOW_S, _Worker
+from fastvec.vector._wait.openmp import OpenMPIdleThreads
+from fastvec.vector._wait.policy import MAX_THINK_S, MIN_THINK_FOR_RELEASE_S, THINK_WINDOW_S, CallerWaits, WaitSettings
+from fastvec.vector._worker import REBUILD_PHASE, _Worker
 from fastvec.vector._worker_faults import RecoverableError, in_caller, log_failed_workers, remote_exception, worker_died
 
 __all__ = ["WorkerPool", "usable_cpus"]
 
 _INFOS_BIT = 1 << _INFOS
-# The longest the caller spins (yielding) for the last worker before it blocks (see wait).
-MAX_TAIL_SPIN_S = 1e-3
-# A caller back within this time of a step's results ran no OpenMP parallel region since the
-# last release worth a C call per step (a tight stepping loop): no release then.
-MIN_THINK_FOR_RELEASE_S = 30e-6
-# One long pause between steps (an update between rollouts) counts as this long, not as forever.
-MAX_THINK_S = 0.01
-# Commands shorter than this on average are waited for by spinning (yielding) from the start.
-SHORT_WAIT_S = 200e-6
 
 
 class WorkerPool:
@@ -61,15 +53,14 @@ class WorkerPool:
         env_fns, num_workers, autoreset_mode, step_in_caller, context, daemon,
         pin_workers, release_openmp_threads, env_failure, max_restarts, step_timeout: as
             FastVectorEnv takes them.
-        worker_spin_s / parent_spin_s: the shortest spin before a waiting worker /
-            the caller blocks.
+        waits: the wait policy (:class:`fastvec.vector._wait.policy.WaitSettings`).
 
     The pool is closed (:attr:`closed`) by :meth:`shutdown` and by every fault it raises.
     """
 
     def __init__(self, owner, env_fns: Sequence[Callable[[], Env]], num_workers: int, *, autoreset_mode,
-                 step_in_caller: bool, context: str | None, daemon: bool, worker_spin_s: float,
-                 parent_spin_s: float, pin_workers: bool | None, release_openmp_threads: bool = True,
+                 step_in_caller: bool, context: str | None, daemon: bool, waits: WaitSettings,
+                 pin_workers: bool | None, release_openmp_threads: bool = True,
                  env_failure: str = "raise", max_restarts: int = 100, step_timeout: float | None = None):
         self.num_envs = len(env_fns)
         self.num_workers = num_workers
@@ -93,16 +84,16 @@ class WorkerPool:
         self._step_sent = 0.0  # when the last step went out (all its workers: step_timeout)
         self._sent_at = np.zeros(num_workers)  # when each worker's last step went out (send/recv)
         self._in_step = False  # the command out is a step (a worker failing it can be restarted)
+        self._lockstep = False  # ... and waited for whole (its wait may be parked)
         #: with env_failure="restart": the reset out, by worker (its payload), so that a worker
         #: whose process ends during it can be started again and sent it again
         self._resets_out: dict[int, tuple] = {}
         self._attach_message: tuple | None = None  # what a restarted worker is sent to map the block
-        self._parent_spin_s = parent_spin_s
-        self._wait_mean = parent_spin_s  # how long commands took, a running mean (see _wait_until_done)
+        #: the caller's side of the wait policy: how long its waits spin
+        self.waits = CallerWaits(waits)
         #: the caller's idle OpenMP threads, kept off the workers' cores during a step (None:
-        #: left alone). Steps are never parked in a parallel region when the caller steps a
-        #: share itself: its envs' own OpenMP regions would be nested, run on one thread.
-        self.openmp = OpenMPIdleThreads(park=not step_in_caller) if release_openmp_threads else None
+        #: left alone, as the policy says: see WaitSettings)
+        self.openmp = OpenMPIdleThreads(park=waits.park) if waits.openmp else None
         # Checked for settings bound to be slow once the caller is first seen busy (_advice)
         self._settings = {"pin_workers": pin_workers, "release_openmp_threads": release_openmp_threads}
         # The caller's time between a step's results and its next step while it keeps more
@@ -129,23 +120,23 @@ class WorkerPool:
         # Ends the workers when the vector env is garbage collected or the interpreter exits.
         self._finalizer = weakref.finalize(owner, end_workers, self._remote, self._buffers, self._local_envs)
         try:
-            self._start(multiprocessing.get_context(context), daemon, worker_spin_s, pin_workers)
+            self._start(multiprocessing.get_context(context), daemon, waits.worker, pin_workers)
         except BaseException:
             self.shutdown(terminate=True)
             raise
 
     # -- construction and the handshake ------------------------------------------------------
-    def _start(self, ctx, daemon: bool, spin_s: float, pin_workers: bool | None) -> None:
+    def _start(self, ctx, daemon: bool, worker_waits, pin_workers: bool | None) -> None:
         cpus = self._worker_cpus(pin_workers)
         # (how a worker is started again, with env_failure="restart")
-        self._process_args = (ctx, daemon, spin_s, cpus, pin_workers is None)
+        self._process_args = (ctx, daemon, worker_waits, cpus, pin_workers is None)
         if self.step_in_caller:
             self.workers.append(None)  # (the caller's own share, once the block exists: attach)
         with clear_mpi_env_vars():
             for w in self.remote_workers:
                 self._remote.append(RemoteWorker(
                     ctx, w, self.starts[w], self._env_fns[self.starts[w]:self.stops[w]], daemon=daemon,
-                    autoreset_mode=self._autoreset_mode, spin_s=spin_s, cpu=cpus[w],
+                    autoreset_mode=self._autoreset_mode, waits=worker_waits, cpu=cpus[w],
                     follow_caller=pin_workers is None, restart=self._restart_state(w, rebuilt=False)))
                 self.workers.append(self._remote[-1])
 
@@ -241,13 +232,15 @@ class WorkerPool:
         for w in workers:
             all_workers[w].forget()
 
-    def start_steps(self, workers, per_env: list | None, env_ids=None, direct: np.ndarray | None = None) -> None:
+    def start_steps(self, workers, per_env: list | None, env_ids=None, direct: np.ndarray | None = None,
+                    lockstep: bool = False) -> None:
         """Tell ``workers`` to step: the actions are in the shared slabs (``per_env`` None)
         or, one per env, in ``per_env`` for the pipes (row k for env ``env_ids[k]``;
         default: env k). The caller's own share, if any, runs at the next wait, with its
-        rows of ``direct`` (every env's actions, as they went into the slabs) when given."""
+        rows of ``direct`` (every env's actions, as they went into the slabs) when given.
+        ``lockstep``: the step is waited for whole (:meth:`wait`), not by ``recv``."""
         self.forget_abandoned(workers)
-        self.step_started(time.perf_counter(), workers)
+        self.step_started(time.perf_counter(), workers, lockstep)
         self._sent_at[workers] = self._step_sent
         all_workers = self.workers
         workers = _sync.sleepers_here_last(self.ctrl, list(workers))
@@ -323,15 +316,15 @@ class WorkerPool:
         the caller's own share included: the next wait's spin (see :meth:`_wait_until_done`)."""
         self._last_done = now = time.perf_counter()
         self._last_done_cpu = time.process_time()
-        self._wait_mean += 0.125 * (min(now - started, 4 * MAX_TAIL_SPIN_S) - self._wait_mean)
+        self.waits.record(started, now)
 
-    def step_started(self, now: float, workers=None) -> None:
+    def step_started(self, now: float, workers=None, lockstep: bool = True) -> None:
         """A step's commands are about to go out at ``now`` (to ``workers``; default: all;
         with send/recv the others may still have a reset out). Publish how long the caller spends
         between steps keeping more than one core busy, so that workers waiting for the next
         step spin only while that is short (StepServer.serve); then hand back the idle
         threads of the caller's OpenMP runtimes that the step is not parked in
-        (:mod:`fastvec.vector._openmp`), which would otherwise spin on the cores the workers
+        (:mod:`fastvec.vector._wait.openmp`), which would otherwise spin on the cores the workers
         are about to need.
 
         Only time on more than ~1.5 cores counts: a caller computing on one thread (a small
@@ -340,6 +333,7 @@ class WorkerPool:
         OpenMP thread that has to share a core with a stepping worker can take milliseconds
         to leave, and the caller waits for it (``docs/vector.md``)."""
         self._in_step = True
+        self._lockstep = lockstep
         if workers is None or not self._resets_out:
             self._resets_out.clear()
         else:
@@ -359,33 +353,25 @@ class WorkerPool:
                 self._settings = None
         if self.openmp is not None:
             if wall is None or wall >= MIN_THINK_FOR_RELEASE_S:
-                self.openmp.release()
+                self.openmp.release(lockstep)
             else:
-                self.openmp.no_region()
+                self.openmp.no_region(lockstep)
 
     def tail_spin_s(self) -> float:
-        """How long the caller spins for the last workers once a core has come free (the
-        caller's own share done, or a first worker), before it blocks: about half as long
-        as recent commands took, see :meth:`_wait_until_done`."""
-        return min(max(self._parent_spin_s, 0.5 * self._wait_mean), MAX_TAIL_SPIN_S)
+        """How long the caller spins for the last workers once a core has come free, before
+        it blocks (:meth:`CallerWaits.tail_spin_s`)."""
+        return self.waits.tail_spin_s()
 
     def _wait_until_done(self, pending: np.ndarray, deadline: float | None, timeout: float | None,
                          caller: str, spun: bool = False) -> None:
         """Wait until every worker in ``pending`` has finished (see :meth:`wait`)."""
-        # How the caller waits. Until a first worker is done every core is busy with one, so
-        # it blocks after a short spin. From then on a core is free (that worker's, or the
-        # caller's own once it has stepped its share itself), so it spins, yielding, for
-        # about half as long as recent commands took (the caller's own share included): the
-        # last answer is then seen at once instead of through a wake-up from a blocked wait,
-        # which costs tens of microseconds on a virtual machine, a sizeable part of a step of
-        # a few hundred. (A worker that finishes its even share 20-40 µs after the caller's,
-        # one step in ten with MuJoCo envs, is still waited for by spinning.)
-        tail = 0.0 if spun else self.tail_spin_s()
-        spin = tail if self.local is not None and not spun else self._parent_spin_s
-        if not spun and self._wait_mean < SHORT_WAIT_S:
-            # Steps this short (CartPole-like envs) are over before a blocked caller could
-            # be woken: spin (yielding the core) through them.
-            spin = max(spin, min(1.5 * self._wait_mean, SHORT_WAIT_S))
+        spin, tail = self.waits.spins(self.local is not None, spun)
+        # A step's wait runs parked in the trainer's OpenMP runtimes where the policy says so
+        # (its first LIVENESS_INTERVAL: a step still out then is late, and the runtimes' idle
+        # threads may go to sleep as they do after any region). Only the compiled wait runs
+        # in the region: the Python here (a worker restarted, a signal handler) runs outside.
+        parked = (self.openmp.parked_runtimes() if self.openmp is not None and self._in_step and self._lockstep
+                  else None)
         step_deadline = (self._step_sent + self.step_timeout
                          if self.step_timeout is not None and self._in_step else None)
         while True:
@@ -394,7 +380,13 @@ class WorkerPool:
                 chunk = max(0.0, min(chunk, deadline - time.perf_counter()))
             if step_deadline is not None:
                 chunk = max(0.0, min(chunk, step_deadline - time.perf_counter()))
-            busy = _sync.wait_all_done(self.ctrl, pending, spin, chunk, tail)
+            if parked is not None:
+                busy, exit_s = _sync.wait_all_done_parked(self.ctrl, pending, spin, chunk, tail, parked,
+                                                          self.waits.park_spin_s())
+                self.openmp.count_parked_step(exit_s)
+                parked = None
+            else:
+                busy = _sync.wait_all_done(self.ctrl, pending, spin, chunk, tail)
             if busy < 0:
                 return
             for w in np.flatnonzero(pending):
@@ -446,7 +438,7 @@ class WorkerPool:
             chunk = LIVENESS_INTERVAL if deadline is None else max(0.0, min(LIVENESS_INTERVAL, deadline - now))
             if self.step_timeout is not None:
                 chunk = min(chunk, self.step_timeout)
-            w = _sync.wait_any_done(self.ctrl, pending, first, self._parent_spin_s, chunk)
+            w = _sync.wait_any_done(self.ctrl, pending, first, self.waits.parent_spin_s, chunk)
             if w < 0:
                 for v in np.flatnonzero(pending).tolist():
                     self.check_alive(v)
@@ -620,7 +612,7 @@ class WorkerPool:
             new.dispatch("reset", ([None] * len(envs), None, None))  # (None: each env's derived seed)
             only_w = np.zeros(self.num_workers, dtype=np.uint8)
             only_w[w] = 1
-            while _sync.wait_all_done(self.ctrl, only_w, self._parent_spin_s, LIVENESS_INTERVAL, 0.0) >= 0:
+            while _sync.wait_all_done(self.ctrl, only_w, self.waits.parent_spin_s, LIVENESS_INTERVAL, 0.0) >= 0:
                 self.check_alive(w)
             if _sync.status(self.ctrl, w) not in (_OK, _INFOS):
                 reply = self.recv(w)
@@ -656,10 +648,10 @@ class WorkerPool:
         old.forget()
         end_workers([old], [], [], timeout=0.0)
         self.ctrl[w, :] = 0  # (no command out: the row as a new worker expects it)
-        ctx, daemon, spin_s, cpus, follow_caller = self._process_args
+        ctx, daemon, worker_waits, cpus, follow_caller = self._process_args
         with clear_mpi_env_vars():
             new = RemoteWorker(ctx, w, self.starts[w], self._env_fns[self.starts[w]:self.stops[w]], daemon=daemon,
-                               autoreset_mode=self._autoreset_mode, spin_s=spin_s, cpu=cpus[w],
+                               autoreset_mode=self._autoreset_mode, waits=worker_waits, cpu=cpus[w],
                                follow_caller=follow_caller, restart=self._restart_state(w, rebuilt=True))
         self._remote[self._remote.index(old)] = new
         self.workers[w] = new

@@ -22,6 +22,7 @@ from fastvec.vector._protocol import CMD_STEP as _STEP
 from fastvec.vector._protocol import CMD_STEP_PIPE as _STEP_PIPE
 from fastvec.vector._protocol import Command
 from fastvec.vector._stats import StatsRegion
+from fastvec.vector._wait.policy import WorkerWaits
 from fastvec.vector._worker import worker_main
 
 __all__ = ["RemoteWorker", "end_workers", "usable_cpus"]
@@ -44,7 +45,8 @@ class RemoteWorker:
         ctx: the multiprocessing context that starts it.
         index, first: its worker index and the index of its first env.
         env_fns: its envs' constructors.
-        daemon, autoreset_mode, spin_s: as the pool takes them.
+        daemon, autoreset_mode: as the pool takes them.
+        waits: how its waits for a command spin (the vector env's wait policy).
         cpu: the CPU it is pinned to (None: not pinned); ``follow_caller``: it leaves that
             CPU while the caller keeps more than one core busy (``pin_workers=None``).
         restart: with ``env_failure="restart"``, its envs' seeds and restart counts, and
@@ -55,7 +57,7 @@ class RemoteWorker:
     """
 
     def __init__(self, ctx, index: int, first: int, env_fns: Sequence[Callable], *, daemon: bool, autoreset_mode,
-                 spin_s: float, cpu: int | None, follow_caller: bool, restart=None):
+                 waits: WorkerWaits, cpu: int | None, follow_caller: bool, restart=None):
         self.index = index
         self.first = first
         self.stop = first + len(env_fns)
@@ -70,7 +72,7 @@ class RemoteWorker:
             target=worker_main,
             name=f"Worker<FastVectorEnv>-{index}",
             args=(index, [CloudpickleWrapper(fn) for fn in env_fns], first, child_pipe, self.pipe, os.getpid(),
-                  autoreset_mode, spin_s, cpu, follow_caller, restart),
+                  autoreset_mode, waits, cpu, follow_caller, restart),
             daemon=daemon,
         )
         try:

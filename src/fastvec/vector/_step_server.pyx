@@ -17,6 +17,7 @@ from libc.stdint cimport uint32_t, uint64_t
 
 from fastvec.vector cimport _sync
 from fastvec.vector._protocol cimport STATS_BUCKETS, STEP, WORKER_COMMANDS, WORKER_STEP_NS, WORKER_WAIT_NS
+from fastvec.vector._wait._worker_spin cimport caller_computes, command_spin, next_gap
 
 cnp.import_array()
 
@@ -139,42 +140,25 @@ cdef class StepServer:
         when ``timeout_s`` passed with no command (the worker checks that its parent lives).
         An env's exception propagates, with :attr:`stepping` True.
         """
-        cdef double start, longest, stepped_at, took
+        cdef double start, stepped_at, took
         cdef bint got, busy
-        cdef int cpu
         cdef uint32_t command, code
         cdef int status
         self.stepping = False
         while True:
-            # A caller that steps again right away (a loop that does little else between
-            # steps): spin about twice as long as the next command usually takes to come, so
-            # that it never pays for a wake-up from a blocked wait (tens to hundreds of
-            # microseconds on a virtual machine). A caller that computes between steps (a
-            # policy's forward pass, an update) needs every core for that: block at once.
-            # (The caller measures its own time between steps: a gap measured here would
-            # include the wake-ups, and blocking would then feed itself.)
-            busy = _sync.caller_think(self.ctrl, self.workers) >= self.think_window_s
+            # The spin: fastvec.vector._wait._worker_spin. (The caller measures its own time
+            # between steps: a gap measured here would include the wake-ups, and blocking
+            # would then feed itself.)
+            busy = caller_computes(_sync.caller_think(self.ctrl, self.workers), self.think_window_s)
             if busy != self.caller_busy:
                 self.caller_busy = busy
                 if self.on_caller_busy is not None:
                     self.on_caller_busy(busy)
             if not busy:
-                # A caller that computes on one core between steps leaves the others idle,
-                # and on a virtual machine an idle CPU can take a few hundred microseconds to
-                # run a woken worker again (its vCPU was handed back to the host). A worker on
-                # another CPU than the caller's spins through longer gaps: the core is idle
-                # anyway. One on the caller's own CPU spins only for a caller that steps back
-                # to back: through its work between steps it would take the core that work
-                # runs on (the wait then spins its shortest, spin_s).
-                cpu = _sync.current_cpu()
-                caller = _sync.caller_cpu(self.ctrl, self.workers)
-                longest = self.max_spin_s
-                if cpu >= 0 and caller >= 0:
-                    if cpu != caller:
-                        longest = self.other_cpu_spin_s
-                    elif _sync.caller_gap(self.ctrl, self.workers) >= self.think_window_s:
-                        longest = 0.0
-                self.spin = min(2.0 * self.gap + self.spin_s, longest) if self.gap < longest else self.spin_s
+                self.spin = command_spin(self.gap, self.spin_s, self.max_spin_s, self.other_cpu_spin_s,
+                                         self.think_window_s, _sync.current_cpu(),
+                                         _sync.caller_cpu(self.ctrl, self.workers),
+                                         _sync.caller_gap(self.ctrl, self.workers))
             else:
                 self.spin = 0.0
             start = _sync.now()
@@ -188,7 +172,7 @@ cdef class StepServer:
             stepped_at = _sync.now()
             if self.stats != NULL:
                 self.stats[<int>WORKER_WAIT_NS] += <uint64_t>((stepped_at - start) * 1e9)
-            self.gap += 0.125 * (min(stepped_at - start, 2.0 * self.other_cpu_spin_s) - self.gap)
+            self.gap = next_gap(self.gap, stepped_at - start, self.other_cpu_spin_s)
             command = _sync.command_word(self.ctrl, self.worker)
             if command != STEP or self.action_view is None:
                 return self.seq, command, False

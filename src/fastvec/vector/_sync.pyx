@@ -25,7 +25,7 @@ processes than cores (2 workers + the caller on 2 cores), and a spinner steals
 the time slice the process it waits for needs (measured: ``docs/benchmarks.md``,
 "How a wait spins").
 """
-from libc.stdint cimport int64_t, uint32_t, uint8_t
+from libc.stdint cimport int64_t, uint32_t, uint8_t, uintptr_t
 from libc.string cimport memcpy
 
 cimport numpy as cnp
@@ -253,15 +253,86 @@ def wait_all_done(cnp.ndarray ctrl not None, cnp.ndarray active not None, double
         return -1
     deadline = fv_now() + timeout_s
     with nogil:
-        busy = -1
-        if tail_spin_s > spin_s and _find_done(base, mask, workers, 0) < 0:
-            busy = _wait_any_done(base, mask, workers, 0, spin_s, deadline)
-            busy = -2 if busy < 0 else -1
-        if busy == -1:
-            busy = _wait_all_done(base, mask, workers, max(spin_s, tail_spin_s), deadline)
-        else:
-            busy = _first_busy(base, mask, workers)
+        busy = _wait_all_done_until(base, mask, workers, spin_s, tail_spin_s, deadline)
     return busy
+
+
+cdef int _wait_all_done_until(uint32_t *base, const uint8_t *mask, Py_ssize_t workers, double spin_s,
+                              double tail_spin_s, double deadline) noexcept nogil:
+    """:func:`wait_all_done`'s wait, until ``deadline`` (``fv_now`` time)."""
+    cdef int busy = -1
+    if tail_spin_s > spin_s and _find_done(base, mask, workers, 0) < 0:
+        busy = _wait_any_done(base, mask, workers, 0, spin_s, deadline)
+        busy = -2 if busy < 0 else -1
+    if busy == -1:
+        return _wait_all_done(base, mask, workers, max(spin_s, tail_spin_s), deadline)
+    return _first_busy(base, mask, workers)
+
+
+cdef extern from "_wait/fv_omp_park.h" nogil:
+    ctypedef void (*fv_omp_region_fn)(void *)
+    ctypedef struct fv_omp_runtime:
+        pass
+    double fv_omp_run_parked(const fv_omp_runtime *runtimes, int count, double spin_s,
+                             fv_omp_region_fn body, void *body_arg)
+
+
+# The runtimes a parked wait can nest in (a process loads one or two GNU OpenMP runtimes:
+# torch's and a vendored copy).
+cdef Py_ssize_t MAX_PARKED_RUNTIMES = 8
+
+
+cdef struct _AllDone:
+    uint32_t *ctrl
+    const uint8_t *mask
+    Py_ssize_t workers
+    double spin_s, tail_spin_s, deadline
+    int busy  # OUT
+
+
+cdef void _all_done_body(void *arg) noexcept nogil:
+    cdef _AllDone *wait = <_AllDone *>arg
+    wait.busy = _wait_all_done_until(wait.ctrl, wait.mask, wait.workers, wait.spin_s, wait.tail_spin_s,
+                                     wait.deadline)
+
+
+def wait_all_done_parked(cnp.ndarray ctrl not None, cnp.ndarray active not None, double spin_s, double timeout_s,
+                         double tail_spin_s, cnp.ndarray runtimes not None, double park_spin_s):
+    """:func:`wait_all_done`, run inside a parallel region of each OpenMP runtime in
+    ``runtimes`` (uintp ``[n, 2]``: each one's ``GOMP_parallel`` and ``omp_get_thread_num``
+    addresses), whose other threads yield their cores for up to ``park_spin_s`` and then
+    block until the wait is over (``_wait/fv_omp_park.h``). No Python runs in the region.
+
+    Returns (what :func:`wait_all_done` returns, how long the regions took to end once the
+    wait was over, in seconds).
+    """
+    cdef Py_ssize_t workers, w
+    cdef uint32_t *base = ctrl_words(ctrl, &workers)
+    cdef const uint8_t *mask = mask_bytes(active, workers, "active")
+    cdef _AllDone wait
+    cdef double exit_s
+    cdef int count
+    if (cnp.PyArray_TYPE(runtimes) != cnp.NPY_UINTP or cnp.PyArray_NDIM(runtimes) != 2
+            or cnp.PyArray_DIMS(runtimes)[1] != 2 or not cnp.PyArray_IS_C_CONTIGUOUS(runtimes)
+            or not 1 <= cnp.PyArray_DIMS(runtimes)[0] <= MAX_PARKED_RUNTIMES):
+        raise ValueError(f"runtimes must be a C-contiguous uintp array of shape (n, 2), 1 <= n <= "
+                         f"{MAX_PARKED_RUNTIMES}; got {runtimes.dtype} {(<object>runtimes).shape}")
+    for w in range(2 * cnp.PyArray_DIMS(runtimes)[0]):
+        if (<uintptr_t *>cnp.PyArray_DATA(runtimes))[w] == 0:
+            raise ValueError("runtimes holds a null entry point")
+    for w in range(workers):  # the common case: nothing to wait for, no region
+        if mask[w] and not _is_done(_row(base, w)):
+            break
+    else:
+        return -1, 0.0
+    count = <int>cnp.PyArray_DIMS(runtimes)[0]
+    wait.ctrl, wait.mask, wait.workers = base, mask, workers
+    wait.spin_s, wait.tail_spin_s, wait.deadline = spin_s, tail_spin_s, fv_now() + timeout_s
+    wait.busy = -1
+    with nogil:
+        exit_s = fv_omp_run_parked(<const fv_omp_runtime *>cnp.PyArray_DATA(runtimes), count, park_spin_s,
+                                   _all_done_body, &wait)
+    return wait.busy, exit_s
 
 
 def wait_any_done(cnp.ndarray ctrl not None, cnp.ndarray pending not None,

@@ -41,6 +41,7 @@ from fastvec.vector._restarts import RestartState, derived_seed
 from fastvec.vector._shared_buffer import SharedBuffer, receive
 from fastvec.vector._stats import MAGIC, StatsRegion
 from fastvec.vector._step_server import StepServer, step_bucket, watch_parent
+from fastvec.vector._wait.policy import WorkerWaits
 
 # The phase an error report names when an env's constructor raised as the env was built
 # again after a failure: the caller raises it at once (retrying would fail the same way).
@@ -50,19 +51,6 @@ RESERVED_CALLS = ("reset", "step", "close", "_setattr", "_check_spaces")
 # Object-leaf values of these types are sent again only when they change (a MiniGrid
 # mission string stays the same for a whole episode); they cannot change in place.
 _IMMUTABLE = (str, bytes, int, float, bool, type(None))
-# The longest a waiting worker spins before it blocks (see StepServer.serve): about what a
-# small policy's forward pass and its bookkeeping take between two steps in torch.
-MAX_SPIN_S = 1e-3
-# The longest a waiting worker on another CPU than the caller's spins, while the caller
-# computes on one core between steps (see StepServer.serve): through a small policy's forward
-# pass and an env-side Python step (SB3's collect_rollouts), about 0.5 to 1.5 ms. Measured on
-# a 2-vCPU VM: a worker woken on a CPU idle for 1 ms started 280 us after the command, one
-# still spinning at once (docs/benchmarks.md, "Idle CPUs wake slowly").
-OTHER_CPU_SPIN_S = 4e-3
-# A caller that spends longer than this between steps is computing (a policy's forward pass
-# takes 100 µs and more in torch), and waiting workers block at once: spinning would take the
-# cores it computes on, where a wake-up costs tens of microseconds (see StepServer.serve).
-THINK_WINDOW_S = 100e-6
 # The parent watch (fv_parent_watch.h): how often it checks that the caller runs, and how
 # long a caller must have been gone before the worker ends itself (the command loop, which
 # checks every 5 LIVENESS_INTERVALs while idle, closes its envs within that time).
@@ -448,12 +436,13 @@ def error_report(exc: BaseException, env_index: int | None, phase: str) -> tuple
 
 
 def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: int,
-                autoreset_mode: AutoresetMode, spin_s: float, cpu: int | None = None,
+                autoreset_mode: AutoresetMode, waits: WorkerWaits, cpu: int | None = None,
                 unpin_for_busy_caller: bool = False, restart: RestartState | None = None) -> None:
     """Entry point of a worker process (see FastVectorEnv for the protocol); ``cpu``: the
     CPU to pin it to (None: not pinned); ``unpin_for_busy_caller``: leave that CPU while the
     caller keeps more than one core busy between steps, and come back once it no longer does
-    (FastVectorEnv's ``pin_workers=None``); ``restart``: with ``env_failure="restart"``, its
+    (FastVectorEnv's ``pin_workers=None``); ``waits``: how its waits for a command spin
+    (the vector env's wait policy); ``restart``: with ``env_failure="restart"``, its
     envs' seeds and restart counts, and whether it replaces a worker that failed."""
     # Ctrl-C goes to the whole process group; the caller decides what happens.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -492,7 +481,7 @@ def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: 
         buffer = SharedBuffer(sections, size, fd=receive(pipe))
         worker = _Worker(index, envs, first, autoreset_mode, buffer, obs_layout, act_layout, restart, env_fns)
         _protocol.send(pipe, ("ready",))
-        _serve(worker, buffer["ctrl"], pipe, spin_s, parent_alive, follow_caller)
+        _serve(worker, buffer["ctrl"], pipe, waits, parent_alive, follow_caller)
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the caller went away
     finally:
@@ -516,7 +505,7 @@ def _follow_caller(pinned: set, every_cpu: set, caller_busy: bool) -> None:
         pass
 
 
-def _serve(worker: _Worker, ctrl: np.ndarray, pipe, spin_s: float, parent_alive: Callable[[], bool],
+def _serve(worker: _Worker, ctrl: np.ndarray, pipe, waits: WorkerWaits, parent_alive: Callable[[], bool],
            on_caller_busy: Callable[[bool], None] | None = None) -> None:
     """The worker's command loop: serve commands until CLOSE, a fatal error, or the parent's death.
 
@@ -527,8 +516,8 @@ def _serve(worker: _Worker, ctrl: np.ndarray, pipe, spin_s: float, parent_alive:
     """
     index = worker.index
     # Takes every command, and runs the plain steps itself (compiled); the rest come here.
-    server = StepServer(ctrl, index, worker.env_loop, worker.act_codes, worker.slab_action_view(), spin_s,
-                        MAX_SPIN_S, THINK_WINDOW_S, on_caller_busy, OTHER_CPU_SPIN_S)
+    server = StepServer(ctrl, index, worker.env_loop, worker.act_codes, worker.slab_action_view(), waits.spin_s,
+                        waits.max_spin_s, waits.think_window_s, on_caller_busy, waits.other_cpu_spin_s)
     if worker.stats_row is not None:
         server.count_into(worker.stats_row, worker.stats_histogram)
     while True:

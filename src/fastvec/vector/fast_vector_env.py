@@ -28,6 +28,7 @@ from fastvec.vector._batch_tree import copy_batch, put_rows
 from fastvec.vector._staging import Staging, layouts
 from fastvec.vector._stats import summarize
 from fastvec.vector._step_driver import StepDriver
+from fastvec.vector._wait.policy import WaitSettings
 from fastvec.vector._worker_vector_env import CallState, WorkerVectorEnv
 
 __all__ = ["FastVectorEnv"]
@@ -117,8 +118,17 @@ class FastVectorEnv(WorkerVectorEnv):
             or is killed takes the trainer down with it, and a hang there cannot honour
             ``step_wait(timeout=)``. Synchronous stepping only (``batch_size ==
             num_envs``). By default no env code runs in the calling process.
-        worker_spin_us / parent_spin_us: how long a waiting worker / the caller spins
-            at least before it blocks. Spinning answers in microseconds but takes a core;
+        wait: the wait policy, how the caller and the workers wait for each other
+            (``docs/vector.md``, "How fastvec waits"). ``"auto"`` (default): a wait spins
+            only while an answer is due, for as long as it measures answers take, then
+            blocks; the trainer's idle OpenMP threads are released before each step or
+            parked in its wait, whichever measures cheaper on this host. A stalled step
+            costs your process no CPU. ``"release"``: the same, but the OpenMP threads are
+            only released, never parked. ``"block"``: every wait blocks after its shortest
+            spin, the workers' too, for hosts shared with other jobs (a sweep of trainers,
+            a CPU quota): fastvec then uses a core only while it has work on it.
+        worker_spin_us / parent_spin_us: tuning: how long a waiting worker / the caller spins
+            at least before it blocks (``wait="block"``: none). Spinning answers in microseconds but takes a core;
             blocking frees it. A worker spins for the next step (about twice as long as
             the next command usually takes to come) only while the caller keeps at most
             one core busy between steps: up to 4 ms on another CPU than the caller's (an
@@ -140,12 +150,14 @@ class FastVectorEnv(WorkerVectorEnv):
             runtimes (torch's on Linux) off the workers' cores during each step. They
             otherwise spin for milliseconds after each parallel region, on the cores the
             workers need. While the caller runs a parallel region before most steps (a
-            policy on torch's default threads), ``step`` runs inside a parallel region of
-            that runtime whose other threads yield their cores until the step is done, so
-            they are awake for the trainer's next region; otherwise they are handed back
-            before the step with OpenMP 5's ``omp_pause_resource_all``, and the next region
-            starts them again. No setting of yours changes. Default ``True``; ``False``
-            leaves them alone.
+            policy on torch's default threads), the step's wait runs inside a parallel
+            region of that runtime whose other threads yield their cores while the answer
+            is due and then block, so they are there for the trainer's next region;
+            otherwise (or with ``wait="release"``/``"block"``) they are handed back before
+            the step with OpenMP 5's ``omp_pause_resource_all``, and the next region starts
+            them again. No setting of yours changes; with ``OMP_WAIT_POLICY=passive`` (or
+            ``GOMP_SPINCOUNT=0``) the threads do not spin and are left alone. Default
+            ``True``; ``False`` leaves them alone.
         env_failure: what a failure during a step does. ``"raise"`` (default): the env's
             exception (or :class:`~fastvec.errors.WorkerDiedError`) is raised and the vector
             env closes. ``"restart"``: an env whose ``step`` (or the autoreset inside one)
@@ -210,6 +222,7 @@ class FastVectorEnv(WorkerVectorEnv):
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         batch_size: int | None = None,
         step_in_caller: bool = False,
+        wait: str = "auto",
         worker_spin_us: float = 50.0,
         parent_spin_us: float = 20.0,
         pin_workers: bool | None = None,
@@ -260,11 +273,15 @@ class FastVectorEnv(WorkerVectorEnv):
             raise TypeError(f"pin_workers must be None, True or False, got {pin_workers!r}")
         check_failure_arguments(env_failure, max_restarts, self.step_in_caller)
         step_timeout = checked_step_timeout(step_timeout)
+        #: the wait policy in force (``wait`` and the tuning keywords, resolved)
+        self.wait_settings = WaitSettings.resolve(wait, worker_spin_us=worker_spin_us, parent_spin_us=parent_spin_us,
+                                                  release_openmp_threads=bool(release_openmp_threads),
+                                                  step_in_caller=self.step_in_caller)
+        self.wait = wait
 
         self._pool = WorkerPool(self, env_fns, self.num_workers, autoreset_mode=self.autoreset_mode,
                                 step_in_caller=self.step_in_caller, context=context, daemon=daemon,
-                                worker_spin_s=float(worker_spin_us) * 1e-6,
-                                parent_spin_s=float(parent_spin_us) * 1e-6, pin_workers=pin_workers,
+                                waits=self.wait_settings, pin_workers=pin_workers,
                                 release_openmp_threads=bool(release_openmp_threads),
                                 env_failure=env_failure, max_restarts=max_restarts, step_timeout=step_timeout)
         self._restarts = self._pool.restarts  # (None: failures raise)
@@ -481,13 +498,8 @@ class FastVectorEnv(WorkerVectorEnv):
             # The compiled common case. While the step is out the state is step_async's, so
             # that an interrupted wait can be finished by step_wait, as in the general path.
             self._state, self._pending = _WAITING_STEP, self._pool.remote_mask
-            openmp = self._pool.openmp
             try:
-                if openmp is not None and openmp.parking:
-                    # (the trainer's idle OpenMP threads yield to the workers inside the step)
-                    done = openmp.run_parked(driver.step, actions)
-                else:
-                    done = driver.step(actions)
+                done = driver.step(actions)
             finally:
                 if not driver.pending:  # (nothing was sent, or the wait is over)
                     self._state = _DEFAULT
@@ -516,7 +528,7 @@ class FastVectorEnv(WorkerVectorEnv):
             staging.publish_action_dtypes(pool.all_workers)
         # (the caller's own share, if any, steps with its rows of ``actions`` as they came,
         # as SyncVectorEnv hands them out, when they went into the slab unchanged)
-        pool.start_steps(pool.all_workers, per_env, direct=staging.direct_actions)
+        pool.start_steps(pool.all_workers, per_env, direct=staging.direct_actions, lockstep=True)
         self._pending = pool.remote_mask
         self._state = _WAITING_STEP
 

@@ -10,21 +10,27 @@ milliseconds on a core, while the vector step the trainer waits for needs every 
 the workers (measurements: ``docs/benchmarks.md``, the ``train`` section).
 
 :class:`OpenMPIdleThreads` does one of two things for each libgomp loaded in the process,
-chosen by measuring what the trainer does between steps. Neither changes a setting: the
-number of threads and the wait policy stay what the user chose.
+chosen by measuring what the trainer does between steps and what each choice costs on this
+host. Neither changes a setting: the number of threads and the wait policy stay what the
+user chose. Where the user chose ``OMP_WAIT_POLICY=passive`` (or ``GOMP_SPINCOUNT=0``) the
+idle threads do not spin, and the vector env leaves the runtimes alone
+(:func:`fastvec.vector._wait.policy.idle_openmp_threads_spin`).
 
 - **Release.** OpenMP 5.0's ``omp_pause_resource_all(omp_pause_soft)`` ends the calling
   thread's pool, at once when its threads are idle; the next parallel region starts them
   again. Cheap when the trainer seldom runs a parallel region between steps (about a
-  microsecond when there is no pool); when it runs one before every step, the pause (about
-  30 µs) and the new threads of its next region (over 100 µs on a VM) cost more than a
-  cheap env's step.
-- **Park.** The step itself runs as the body of a parallel region of the runtime
-  (``fv_omp_park.h``): the region's other threads yield their cores until the step is
-  done, so the workers get the cores at once, and the trainer's next region finds its
-  threads awake. Used for a runtime while the release finds a pool to end before most
-  steps (the trainer runs a region between every two steps), and re-checked every
-  :data:`RECHECK_EVERY` parked steps by releasing again.
+  microsecond when there is no pool); when it runs one before every step, the pause and the
+  new threads of its next region cost more than a cheap env's step.
+- **Park.** The step's wait runs as the body of a parallel region of the runtime
+  (``fv_omp_park.h``): the region's other threads yield their cores while the answer is due
+  and then block, so the workers get the cores at once, a stalled step costs no CPU, and the
+  trainer's next region finds its threads there. Used for a runtime while the release finds
+  a pool to end before most steps (the trainer runs a region between every two steps), and
+  while leaving the region takes less time than starting the pool's threads again (both
+  measured here: on a contended host, a sweep of trainers or a CPU hog, a yielding thread
+  can be queued for milliseconds behind other work, and releasing is then cheaper).
+  Re-checked every :data:`~fastvec.vector._wait.policy.RECHECK_EVERY` parked steps by
+  releasing again.
 
 LLVM's and Intel's runtimes (``libomp``, ``libiomp5``) are left alone: their pause is
 process-wide and waits for threads busy elsewhere, so a trainer with other threads in a
@@ -33,21 +39,19 @@ parallel region could stall in it; there, the fix is the user's ``KMP_BLOCKTIME=
 from __future__ import annotations
 
 import ctypes
-import functools
 import sys
 from typing import Any, Callable
 
-from fastvec.vector._omp_park import run_parked, timed_pause
+import numpy as np
+
+from fastvec.vector._wait._omp_park import timed_pause, timed_region
+from fastvec.vector._wait.policy import POOL_FOUND_S, RECHECK_EVERY
 
 __all__ = ["OpenMPIdleThreads", "loaded_runtimes", "LLVM_RUNTIME_NAMES"]
 
 # omp_pause_resource_t's value for a soft pause (OpenMP 5.0 §3.2.43): idle threads go,
 # state that a later parallel region needs (thread-private data aside) is kept.
 OMP_PAUSE_SOFT = 1
-# A pause that takes this long ended a pool (about 30 µs measured; about 1 µs with none).
-POOL_FOUND_S = 10e-6
-# Parked steps between two checks (by releasing) that the trainer still runs a region each step.
-RECHECK_EVERY = 256
 # GNU libgomp's file name as it appears in a process's memory map, vendored copies
 # included (torch/lib/libgomp.so.1, fastvec.libs/libgomp-a34b3233.so.1.0.0).
 _RUNTIME_NAME = "libgomp"
@@ -81,34 +85,30 @@ def loaded_runtimes(names: tuple[str, ...] = (_RUNTIME_NAME,)) -> list[str]:
 
 class OpenMPIdleThreads:
     """Keeps the idle threads of the process's GNU OpenMP runtimes off the workers' cores while
-    a step waits: released before the step, or parked in it (see the module docstring).
+    a step waits: released before the step, or parked in its wait (see the module docstring).
 
     The runtimes are looked up at the first release and again whenever the number of imported
     modules has changed since (torch imported after the vector env was made). A tight
     stepping loop costs an attribute read and a method call per step.
 
     Args:
-        park: whether lockstep steps may run parked (False: always release; a caller that
-            steps envs itself must not run them inside a parallel region, where their own
-            regions would run on one thread).
+        park: whether a step's wait may run parked (False: always release).
 
     Example:
         >>> idle = OpenMPIdleThreads()
         >>> idle.release()  # no OpenMP work was done: nothing to hand back
-        >>> idle.parking
-        False
-        >>> idle.run_parked(sum, [1, 2])
-        3
+        >>> idle.parking, idle.parked_runtimes()
+        (False, None)
     """
 
     def __init__(self, park: bool = True) -> None:
         self._park = park
         self._runtimes: list[_Runtime] = []
         self._modules_seen = -1
-        self._parked: list[_Runtime] = []  # the runtimes the step under way runs parked in
-        #: whether the next lockstep step should run through :meth:`run_parked` (read every step)
+        #: whether the next step's wait runs parked (:meth:`parked_runtimes`)
         self.parking = False
         self._decaying = False  # a runtime not parked in has a share of found pools to bring down
+        self._parked: np.ndarray | None = None  # the entry points of the runtimes parked in
 
     def _look_up(self) -> None:
         self._modules_seen = len(sys.modules)
@@ -119,47 +119,47 @@ class OpenMPIdleThreads:
             if runtime is not None:
                 runtimes.append(runtime)
         self._runtimes = runtimes
+        self._update()
 
     def _update(self) -> None:
-        self.parking = any(r.hot for r in self._runtimes)
+        hot = [r for r in self._runtimes if r.hot]
+        self.parking = bool(hot)
+        self._parked = np.array([(r.parallel, r.thread_num) for r in hot], dtype=np.uintp) if hot else None
         self._decaying = any(r.found_share > 0.0 for r in self._runtimes if not r.hot)
 
-    def release(self) -> None:
-        """Hand back the idle threads of every runtime the step under way is not parked in,
+    def release(self, lockstep: bool = True) -> None:
+        """Hand back the idle threads of every runtime the step's wait will not be parked in
+        (``lockstep``: a step waited for whole, whose wait may be parked; else none is),
         noting for each whether it had a pool to end (a parallel region ran since the last
         release)."""
         if len(sys.modules) != self._modules_seen:
             self._look_up()
         for runtime in self._runtimes:
-            if runtime not in self._parked:
+            if not (lockstep and runtime.hot):
                 runtime.release()
         self._update()
 
-    def no_region(self) -> None:
+    def no_region(self, lockstep: bool = True) -> None:
         """The caller came back too soon after the last step to have run a parallel region
         (a tight stepping loop): no release is needed, and it counts as a step without one."""
         if not self._decaying:
             return
         for runtime in self._runtimes:
-            if runtime not in self._parked:
+            if not (lockstep and runtime.hot):
                 runtime.note(found=False)
         self._update()
 
-    def run_parked(self, fn: Callable[[Any], Any], arg: Any) -> Any:
-        """``fn(arg)`` inside a parallel region of each runtime that should be parked (nested,
-        one per runtime), their other threads yielding their cores until it returns."""
-        parked = [r for r in self._runtimes if r.hot]
-        self._parked = parked
-        try:
-            call = fn
-            for runtime in parked:
-                call = functools.partial(run_parked, runtime.parallel, runtime.thread_num, call)
-            return call(arg)
-        finally:
-            self._parked = []
-            for runtime in parked:
-                runtime.count_parked_step()
-            self._update()
+    def parked_runtimes(self) -> np.ndarray | None:
+        """The entry points (``GOMP_parallel``, ``omp_get_thread_num``) of the runtimes the
+        step's wait should run parked in, for ``_sync.wait_all_done_parked``; None: none."""
+        return self._parked
+
+    def count_parked_step(self, exit_s: float) -> None:
+        """One step's wait ran parked, and its regions took ``exit_s`` seconds to end."""
+        for runtime in self._runtimes:
+            if runtime.hot:
+                runtime.count_parked_step(exit_s)
+        self._update()
 
 
 class _Runtime:
@@ -172,8 +172,13 @@ class _Runtime:
         self.thread_num = thread_num  # the address of omp_get_thread_num
         self.hot = False  # park steps in this runtime
         self.found_share = 0.0  # running share of releases that found a pool to end
+        #: what a release costs the trainer's next region on this host: starting the pool's
+        #: threads again (seconds; None until measured, when the runtime first turns hot)
+        self.start_cost: float | None = None
+        self.exit_mean = 0.0  # how long parked regions took to end, a running mean
         self._parked_steps = 0
         self._skip_next = False
+        self._hold = 0  # releases to go before parking may be chosen again
 
     @classmethod
     def load(cls, path: str, park: bool) -> "_Runtime | None":
@@ -201,13 +206,38 @@ class _Runtime:
         self.found_share += 0.25 * (float(found) - self.found_share)
         if self.found_share < 0.01:  # (none in the last ~16 steps: none at all)
             self.found_share = 0.0
-        if self.parallel and self.thread_num and self.found_share > 0.5:
-            self.hot, self._parked_steps = True, 0
+        if self._hold > 0:
+            self._hold -= 1
+        elif self.parallel and self.thread_num and self.found_share > 0.5:
+            if self.start_cost is None:
+                self.start_cost = self.measure_start_cost()
+            self.hot, self._parked_steps, self.exit_mean = True, 0, 0.0
 
-    def count_parked_step(self) -> None:
+    def measure_start_cost(self) -> float:
+        """What a release costs the trainer's next parallel region here: an empty region right
+        after a pause (its threads started again) less one with the pool there (best of 3)."""
+        warm = cold = float("inf")
+        for _ in range(3):
+            timed_region(self.parallel)
+            warm = min(warm, timed_region(self.parallel))
+            timed_pause(self._pause, OMP_PAUSE_SOFT)
+            cold = min(cold, timed_region(self.parallel))
+        return max(cold - warm, 0.0)
+
+    def count_parked_step(self, exit_s: float) -> None:
+        """One parked step, whose region took ``exit_s`` to end. Parking stops for a runtime
+        whose regions take longer to end, on average, than starting its threads again would
+        (a contended host), and every RECHECK_EVERY steps (the next releases check that the
+        trainer still runs a region between steps)."""
         self._parked_steps += 1
-        if self._parked_steps >= RECHECK_EVERY:
+        cost = self.start_cost or 0.0
+        # (one region that waited for a thread asleep through a long step counts, but not for more
+        # than a few times the cost it is compared with)
+        self.exit_mean += 0.125 * (min(exit_s, 4.0 * cost) - self.exit_mean)
+        if self._parked_steps >= RECHECK_EVERY or (self._parked_steps >= 8 and self.exit_mean > cost):
             self.hot, self.found_share, self._skip_next = False, 0.0, True
+            if self._parked_steps < RECHECK_EVERY:  # (parking costs more here: not again soon)
+                self._hold = RECHECK_EVERY
 
 
 def _address(lib: ctypes.CDLL, name: str) -> int:

@@ -1,0 +1,205 @@
+"""Both sides: how long each wait spins before it blocks, and what the caller does with its
+idle OpenMP threads during a step. Every constant of the wait policy is here, with its
+reason; the decisions that use them are :class:`CallerWaits` (the caller's side), the
+worker's spin in ``_worker_spin.pxd`` and the OpenMP handling in :mod:`.openmp`.
+
+A wait spins only while an answer is due, then blocks (a futex on Linux), and never
+busy-waits without giving up its core (after its first microseconds a spin yields between
+checks). Each side derives its spin from what it measures at run time: the caller from how
+long recent commands took; a worker from how soon the next command tends to come and how
+long the caller spends between steps (published in the shared block).
+
+Users choose among three policies with ``FastVectorEnv(wait=...)``:
+
+- ``"auto"`` (the default): the spins above; the trainer's idle OpenMP threads are released
+  before each step, or parked in the step's wait while the trainer runs a parallel region
+  between most steps and leaving the region stays cheaper than starting the threads again.
+- ``"release"``: the same, but the OpenMP threads are only ever released, never parked.
+- ``"block"``: every wait blocks after its shortest spin, workers included; the OpenMP
+  threads are released. For a host shared with other jobs (a sweep of trainers, a CPU
+  quota): fastvec then uses a core only while it has work on it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+
+__all__ = ["WAIT_POLICIES", "WaitSettings", "WorkerWaits", "CallerWaits", "idle_openmp_threads_spin"]
+
+#: the values ``FastVectorEnv(wait=...)`` takes
+WAIT_POLICIES = ("auto", "release", "block")
+
+# --- the worker's wait for its next command (StepServer.serve, _worker_spin.pxd) ------------
+# The longest a waiting worker spins before it blocks: about what a small policy's forward
+# pass and its bookkeeping take between two steps in torch.
+MAX_SPIN_S = 1e-3
+# The longest a waiting worker on another CPU than the caller's spins, while the caller
+# computes on one core between steps: through a small policy's forward pass and an env-side
+# Python step (SB3's collect_rollouts), about 0.5 to 1.5 ms. On a virtual machine a worker
+# woken on a CPU that has been idle for a millisecond starts hundreds of microseconds after
+# the command (the vCPU went back to the host), one still spinning at once
+# (docs/benchmarks.md, "Idle CPUs wake slowly").
+OTHER_CPU_SPIN_S = 4e-3
+# A caller that spends longer than this between steps is computing (a policy's forward pass
+# takes 100 µs and more in torch), and waiting workers block at once: spinning would take the
+# cores it computes on.
+THINK_WINDOW_S = 100e-6
+
+# --- the caller's wait for the workers (CallerWaits) ------------------------------------------
+# The longest the caller spins (yielding) for the last worker before it blocks.
+MAX_TAIL_SPIN_S = 1e-3
+# Commands shorter than this on average are waited for by spinning (yielding) from the start:
+# they are over before a blocked caller could be woken.
+SHORT_WAIT_S = 200e-6
+# A caller back within this time of a step's results ran no OpenMP parallel region since the
+# last release worth a C call per step (a tight stepping loop): no release then.
+MIN_THINK_FOR_RELEASE_S = 30e-6
+# One long pause between steps (an update between rollouts) counts as this long, not as forever.
+MAX_THINK_S = 0.01
+
+# --- the caller's idle OpenMP threads (openmp.py) ---------------------------------------------
+# A pause that takes this long ended a pool (tens of microseconds; about 1 µs with none).
+POOL_FOUND_S = 10e-6
+# Parked steps between two checks (by releasing) that the trainer still runs a region each step.
+RECHECK_EVERY = 256
+# A parked thread yields its core for this many times the caller's mean wait before it
+# blocks: an answer later than that is not due, it is late (a slow reset, a stalled env).
+PARK_SPIN_FACTOR = 2.0
+# ... and for at least this long, and at most this long, whatever the mean.
+MIN_PARK_SPIN_S = 50e-6
+MAX_PARK_SPIN_S = 2e-3
+
+
+def idle_openmp_threads_spin(environ=os.environ) -> bool:
+    """Whether GNU libgomp's idle threads spin after a parallel region in this process: not
+    when the user asked for ``OMP_WAIT_POLICY=passive`` or ``GOMP_SPINCOUNT=0`` (libgomp reads
+    both when it loads). Where they do not spin there is nothing to keep off the workers'
+    cores, and fastvec leaves the runtime alone.
+
+    Example:
+        >>> idle_openmp_threads_spin({"OMP_WAIT_POLICY": "PASSIVE"})
+        False
+        >>> idle_openmp_threads_spin({"GOMP_SPINCOUNT": "0"}), idle_openmp_threads_spin({})
+        (False, True)
+    """
+    if environ.get("OMP_WAIT_POLICY", "").strip().lower() == "passive":
+        return False
+    return environ.get("GOMP_SPINCOUNT", "").strip() not in ("0", "0.0")
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerWaits:
+    """What a worker's wait for its next command may spin (seconds): at least ``spin_s``, at
+    most ``max_spin_s`` (``other_cpu_spin_s`` on another CPU than the caller's), and not at
+    all while the caller spends more than ``think_window_s`` between steps."""
+
+    spin_s: float
+    max_spin_s: float
+    other_cpu_spin_s: float
+    think_window_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class WaitSettings:
+    """One vector env's wait policy, resolved from its arguments.
+
+    Attributes:
+        worker: the workers' waits (sent to each worker process).
+        parent_spin_s: the shortest spin before the caller blocks.
+        adaptive: whether the caller's spin follows how long commands take (False: it
+            blocks after ``parent_spin_s``, for ``wait="block"``).
+        openmp: whether the caller keeps its idle OpenMP threads off the workers' cores.
+        park: whether steps may be parked in the OpenMP runtimes (else only released).
+    """
+
+    worker: WorkerWaits
+    parent_spin_s: float
+    adaptive: bool
+    openmp: bool
+    park: bool
+
+    @classmethod
+    def resolve(cls, wait: str, *, worker_spin_us: float, parent_spin_us: float, release_openmp_threads: bool,
+                step_in_caller: bool, environ=os.environ) -> "WaitSettings":
+        """The settings for ``FastVectorEnv(wait=..., worker_spin_us=..., parent_spin_us=...,
+        release_openmp_threads=..., step_in_caller=...)``.
+
+        Raises:
+            ValueError: ``wait`` is not one of :data:`WAIT_POLICIES`, or a spin is negative.
+
+        Example:
+            >>> WaitSettings.resolve("block", worker_spin_us=50, parent_spin_us=20,
+            ...                      release_openmp_threads=True, step_in_caller=False).park
+            False
+        """
+        if wait not in WAIT_POLICIES:
+            raise ValueError(f"wait must be one of {', '.join(map(repr, WAIT_POLICIES))}, got {wait!r}")
+        for name, value in (("worker_spin_us", worker_spin_us), ("parent_spin_us", parent_spin_us)):
+            if not value >= 0:
+                raise ValueError(f"{name} must be >= 0, got {value!r}")
+        spin_s, parent_s = float(worker_spin_us) * 1e-6, float(parent_spin_us) * 1e-6
+        if wait == "block":
+            worker = WorkerWaits(spin_s=0.0, max_spin_s=0.0, other_cpu_spin_s=0.0, think_window_s=0.0)
+            parent_s = 0.0
+        else:
+            worker = WorkerWaits(spin_s=spin_s, max_spin_s=MAX_SPIN_S, other_cpu_spin_s=OTHER_CPU_SPIN_S,
+                                 think_window_s=THINK_WINDOW_S)
+        openmp = bool(release_openmp_threads) and idle_openmp_threads_spin(environ)
+        # (a caller that steps a share itself runs its envs right before the wait, where their
+        # own parallel regions would nest in the park's)
+        park = openmp and wait == "auto" and not step_in_caller
+        return cls(worker=worker, parent_spin_s=parent_s, adaptive=wait != "block", openmp=openmp, park=park)
+
+
+class CallerWaits:
+    """The caller's side of the policy: how long it spins for the workers, from how long
+    recent commands took, and how long the parked OpenMP threads may yield.
+
+    Example:
+        >>> waits = CallerWaits(WaitSettings.resolve("auto", worker_spin_us=50, parent_spin_us=20,
+        ...                                          release_openmp_threads=True, step_in_caller=False))
+        >>> waits.record(started=0.0, now=100e-6)
+        >>> 0 < waits.tail_spin_s() <= MAX_TAIL_SPIN_S
+        True
+    """
+
+    def __init__(self, settings: WaitSettings) -> None:
+        self.settings = settings
+        self.parent_spin_s = settings.parent_spin_s
+        #: how long commands took, a running mean (seconds)
+        self.mean = settings.parent_spin_s
+
+    def record(self, started: float, now: float | None = None) -> None:
+        """Add a command sent at ``started`` and done at ``now`` to the running mean."""
+        if now is None:
+            now = time.perf_counter()
+        self.mean += 0.125 * (min(now - started, 4 * MAX_TAIL_SPIN_S) - self.mean)
+
+    def tail_spin_s(self) -> float:
+        """How long the caller spins for the last workers once a core has come free (the
+        caller's own share done, or a first worker), before it blocks: about half as long as
+        recent commands took, so that the last answer is seen at once instead of through a
+        wake-up, which costs tens of microseconds on a virtual machine."""
+        if not self.settings.adaptive:
+            return 0.0
+        return min(max(self.parent_spin_s, 0.5 * self.mean), MAX_TAIL_SPIN_S)
+
+    def spins(self, caller_steps_a_share: bool, spun: bool) -> tuple[float, float]:
+        """(spin, tail): how long the caller's wait spins before its first worker is done,
+        and after (see ``_sync.wait_all_done``).
+
+        Until a first worker is done every core is busy with one, so the wait blocks after
+        a short spin; from then on a core is free and it spins for :meth:`tail_spin_s`.
+        ``spun``: the caller has spun that long already (the compiled step)."""
+        tail = 0.0 if spun else self.tail_spin_s()
+        spin = tail if caller_steps_a_share and not spun else self.parent_spin_s
+        if self.settings.adaptive and not spun and self.mean < SHORT_WAIT_S:
+            # Steps this short (CartPole-like envs) are over before a blocked caller could
+            # be woken: spin (yielding the core) through them.
+            spin = max(spin, min(1.5 * self.mean, SHORT_WAIT_S))
+        return spin, tail
+
+    def park_spin_s(self) -> float:
+        """How long the parked OpenMP threads yield before they block (see the constants)."""
+        return min(max(PARK_SPIN_FACTOR * self.mean, MIN_PARK_SPIN_S), MAX_PARK_SPIN_S)
