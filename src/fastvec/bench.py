@@ -32,6 +32,8 @@ SECTIONS = {
     "train": "Training loops (CleanRL PPO, SB3 PPO, an Atari rollout) on each backend, torch at default threads and 1",
     "multiagent": "PettingZoo Parallel envs: MultiAgentVectorEnv vs SuperSuit (the `pettingzoo` extra and SuperSuit)",
     "stats": "What FastVectorEnv's statistics cost, with and without a monitor attached",
+    "hosts": "A training loop on each backend in the conditions users run in: two trainers, a CPU hog, a quota, "
+             "OMP_WAIT_POLICY=passive, a stalled env",
 }
 
 
