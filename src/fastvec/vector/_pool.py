@@ -25,6 +25,7 @@ from fastvec.spaces import Layout
 from fastvec.vector import _protocol, _sync
 from fastvec.vector._advice import warn_slow_settings_once
 from fastvec.vector._caller_share import CallerShare
+from fastvec.vector._protocol import CMD_STEP as _STEP
 from fastvec.vector._protocol import LIVENESS_INTERVAL, QUIET_BITS, Word
 from fastvec.vector._protocol import STATUS_CALL_ERROR as _CALL_ERROR
 from fastvec.vector._protocol import STATUS_INFOS as _INFOS
@@ -85,6 +86,7 @@ class WorkerPool:
         self._sent_at = np.zeros(num_workers)  # when each worker's last step went out (send/recv)
         self._in_step = False  # the command out is a step (a worker failing it can be restarted)
         self._lockstep = False  # ... and waited for whole (its wait may be parked)
+        self._parked_this_step = False  # ... and its wait's first interval ran parked already
         #: with env_failure="restart": the reset out, by worker (its payload), so that a worker
         #: whose process ends during it can be started again and sent it again
         self._resets_out: dict[int, tuple] = {}
@@ -334,6 +336,7 @@ class WorkerPool:
         to leave, and the caller waits for it (``docs/vector.md``)."""
         self._in_step = True
         self._lockstep = lockstep
+        self._parked_this_step = False
         if workers is None or not self._resets_out:
             self._resets_out.clear()
         else:
@@ -357,6 +360,29 @@ class WorkerPool:
             else:
                 self.openmp.no_region(lockstep)
 
+    def parked_step_runtimes(self) -> np.ndarray | None:
+        """The OpenMP runtimes a lockstep step of the workers alone (no caller's share) should
+        be started and waited for parked in (:meth:`start_parked_step`); None: none."""
+        if self.openmp is None or self.local is not None:
+            return None
+        return self.openmp.parked_runtimes()
+
+    def start_parked_step(self, mask: np.ndarray, runtimes: np.ndarray) -> bool:
+        """Hand the workers in ``mask`` a step (the actions are in the slabs) and wait for them,
+        both inside the trainer's OpenMP regions ``runtimes`` (``_sync.start_and_wait_parked``),
+        for the wait's first liveness interval at most (or until ``step_timeout``): True if
+        they are all done by then; else the rest of the wait is :meth:`wait`'s, unparked.
+        Call right after :meth:`step_started`."""
+        spin, tail = self.waits.spins(False, False)
+        chunk = LIVENESS_INTERVAL
+        if self.step_timeout is not None:
+            chunk = max(0.0, min(chunk, self._step_sent + self.step_timeout - time.perf_counter()))
+        busy, exit_s = _sync.start_and_wait_parked(self.ctrl, mask, _STEP, spin, chunk, tail, runtimes,
+                                                   self.waits.park_spin_s())
+        self._parked_this_step = True
+        self.openmp.count_parked_step(exit_s)
+        return busy < 0
+
     def tail_spin_s(self) -> float:
         """How long the caller spins for the last workers once a core has come free, before
         it blocks (:meth:`CallerWaits.tail_spin_s`)."""
@@ -370,7 +396,8 @@ class WorkerPool:
         # (its first LIVENESS_INTERVAL: a step still out then is late, and the runtimes' idle
         # threads may go to sleep as they do after any region). Only the compiled wait runs
         # in the region: the Python here (a worker restarted, a signal handler) runs outside.
-        parked = (self.openmp.parked_runtimes() if self.openmp is not None and self._in_step and self._lockstep
+        parked = (self.openmp.parked_runtimes()
+                  if self.openmp is not None and self._in_step and self._lockstep and not self._parked_this_step
                   else None)
         step_deadline = (self._step_sent + self.step_timeout
                          if self.step_timeout is not None and self._in_step else None)

@@ -120,12 +120,19 @@ cdef class StepDriver:
             if codes[w * code_stride] != <uint32_t>code:
                 return False
         pool = self.pool
+        parked = pool.parked_step_runtimes()
         pool.step_started(self.clock())
         started = self.clock()
-        _sync.start_commands(ctrl, remote, workers, STEP)
-        self.pending = True
         # (as in WorkerPool.start_steps: what an interrupted and abandoned command left goes)
         pool.forget_abandoned(self.all_workers)
+        if parked is not None:
+            # The trainer's idle OpenMP threads give up their cores before the workers are
+            # woken: the hand-off and the wait's first interval run parked (WorkerPool).
+            self.pending = True
+            pool.start_parked_step(self.remote_mask, parked)
+        else:
+            _sync.start_commands(ctrl, remote, workers, STEP)
+            self.pending = True
         if self.local is not None:
             # The caller's own share, with its rows of ``actions`` (SyncVectorEnv's views); its
             # outcome stays in the share, so that a wait interrupted from here on, and finished

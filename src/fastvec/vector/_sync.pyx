@@ -286,14 +286,62 @@ cdef struct _AllDone:
     uint32_t *ctrl
     const uint8_t *mask
     Py_ssize_t workers
-    double spin_s, tail_spin_s, deadline
+    uint32_t command  # a command to hand the workers first (0: none)
+    double spin_s, tail_spin_s, timeout_s
     int busy  # OUT
 
 
 cdef void _all_done_body(void *arg) noexcept nogil:
     cdef _AllDone *wait = <_AllDone *>arg
+    if wait.command != 0:
+        _start_commands(wait.ctrl, wait.mask, wait.workers, wait.command)
     wait.busy = _wait_all_done_until(wait.ctrl, wait.mask, wait.workers, wait.spin_s, wait.tail_spin_s,
-                                     wait.deadline)
+                                     fv_now() + wait.timeout_s)
+
+
+cdef tuple _run_parked_wait(_AllDone *wait, cnp.ndarray runtimes, double park_spin_s):
+    """Run ``wait`` (:func:`_all_done_body`) parked in ``runtimes``, after checking them;
+    (busy, exit_s) as :func:`wait_all_done_parked` returns them."""
+    cdef Py_ssize_t k
+    cdef double exit_s
+    if (cnp.PyArray_TYPE(runtimes) != cnp.NPY_UINTP or cnp.PyArray_NDIM(runtimes) != 2
+            or cnp.PyArray_DIMS(runtimes)[1] != 2 or not cnp.PyArray_IS_C_CONTIGUOUS(runtimes)
+            or not 1 <= cnp.PyArray_DIMS(runtimes)[0] <= MAX_PARKED_RUNTIMES):
+        raise ValueError(f"runtimes must be a C-contiguous uintp array of shape (n, 2), 1 <= n <= "
+                         f"{MAX_PARKED_RUNTIMES}; got {runtimes.dtype} {(<object>runtimes).shape}")
+    for k in range(2 * cnp.PyArray_DIMS(runtimes)[0]):
+        if (<uintptr_t *>cnp.PyArray_DATA(runtimes))[k] == 0:
+            raise ValueError("runtimes holds a null entry point")
+    with nogil:
+        exit_s = fv_omp_run_parked(<const fv_omp_runtime *>cnp.PyArray_DATA(runtimes),
+                                   <int>cnp.PyArray_DIMS(runtimes)[0], park_spin_s, _all_done_body, wait)
+    return wait.busy, exit_s
+
+
+def start_and_wait_parked(cnp.ndarray ctrl not None, cnp.ndarray mask not None, uint32_t command, double spin_s,
+                          double timeout_s, double tail_spin_s, cnp.ndarray runtimes not None,
+                          double park_spin_s):
+    """Hand every worker in ``mask`` ``command`` (as :func:`start_commands`) and wait for them
+    (as :func:`wait_all_done`), both inside the parallel regions of :func:`wait_all_done_parked`:
+    the runtimes' idle threads give up their cores before the workers are woken, not after.
+
+    Returns what :func:`wait_all_done_parked` returns.
+
+    Raises:
+        RuntimeError: a worker in ``mask`` is still busy with its previous command (nothing sent).
+    """
+    cdef Py_ssize_t workers, w
+    cdef uint32_t *base = ctrl_words(ctrl, &workers)
+    cdef const uint8_t *active = mask_bytes(mask, workers, "mask")
+    cdef _AllDone wait
+    for w in range(workers):
+        if active[w] and not _is_done(_row(base, w)):
+            raise RuntimeError(f"worker {w} is still busy with its previous command")
+    if command == 0:
+        raise ValueError("command must be a Command (not 0)")
+    wait.ctrl, wait.mask, wait.workers, wait.command = base, active, workers, command
+    wait.spin_s, wait.tail_spin_s, wait.timeout_s, wait.busy = spin_s, tail_spin_s, timeout_s, -1
+    return _run_parked_wait(&wait, runtimes, park_spin_s)
 
 
 def wait_all_done_parked(cnp.ndarray ctrl not None, cnp.ndarray active not None, double spin_s, double timeout_s,
@@ -310,29 +358,14 @@ def wait_all_done_parked(cnp.ndarray ctrl not None, cnp.ndarray active not None,
     cdef uint32_t *base = ctrl_words(ctrl, &workers)
     cdef const uint8_t *mask = mask_bytes(active, workers, "active")
     cdef _AllDone wait
-    cdef double exit_s
-    cdef int count
-    if (cnp.PyArray_TYPE(runtimes) != cnp.NPY_UINTP or cnp.PyArray_NDIM(runtimes) != 2
-            or cnp.PyArray_DIMS(runtimes)[1] != 2 or not cnp.PyArray_IS_C_CONTIGUOUS(runtimes)
-            or not 1 <= cnp.PyArray_DIMS(runtimes)[0] <= MAX_PARKED_RUNTIMES):
-        raise ValueError(f"runtimes must be a C-contiguous uintp array of shape (n, 2), 1 <= n <= "
-                         f"{MAX_PARKED_RUNTIMES}; got {runtimes.dtype} {(<object>runtimes).shape}")
-    for w in range(2 * cnp.PyArray_DIMS(runtimes)[0]):
-        if (<uintptr_t *>cnp.PyArray_DATA(runtimes))[w] == 0:
-            raise ValueError("runtimes holds a null entry point")
     for w in range(workers):  # the common case: nothing to wait for, no region
         if mask[w] and not _is_done(_row(base, w)):
             break
     else:
         return -1, 0.0
-    count = <int>cnp.PyArray_DIMS(runtimes)[0]
-    wait.ctrl, wait.mask, wait.workers = base, mask, workers
-    wait.spin_s, wait.tail_spin_s, wait.deadline = spin_s, tail_spin_s, fv_now() + timeout_s
-    wait.busy = -1
-    with nogil:
-        exit_s = fv_omp_run_parked(<const fv_omp_runtime *>cnp.PyArray_DATA(runtimes), count, park_spin_s,
-                                   _all_done_body, &wait)
-    return wait.busy, exit_s
+    wait.ctrl, wait.mask, wait.workers, wait.command = base, mask, workers, 0
+    wait.spin_s, wait.tail_spin_s, wait.timeout_s, wait.busy = spin_s, tail_spin_s, timeout_s, -1
+    return _run_parked_wait(&wait, runtimes, park_spin_s)
 
 
 def wait_any_done(cnp.ndarray ctrl not None, cnp.ndarray pending not None,
@@ -432,12 +465,20 @@ cdef int start_commands(uint32_t *ctrl, const uint8_t *mask, Py_ssize_t workers,
     task that slept), and the caller would hand out the rest only once it got the CPU back,
     after that worker's whole step: the steps would run one after the other."""
     cdef Py_ssize_t w
-    cdef uint32_t *row
-    cdef uint32_t here
-    cdef int cpu = fv_current_cpu()
     for w in range(workers):
         if mask[w] and not _is_done(_row(ctrl, w)):
             raise RuntimeError(f"worker {w} is still busy with its previous command")
+    _start_commands(ctrl, mask, workers, command)
+    return 0
+
+
+cdef void _start_commands(uint32_t *ctrl, const uint8_t *mask, Py_ssize_t workers,
+                          uint32_t command) noexcept nogil:
+    """:func:`start_commands`' hand-off, once every worker in ``mask`` is known to be done."""
+    cdef Py_ssize_t w
+    cdef uint32_t *row
+    cdef uint32_t here
+    cdef int cpu = fv_current_cpu()
     for w in range(workers):
         if mask[w]:
             row = _row(ctrl, w)
@@ -455,7 +496,6 @@ cdef int start_commands(uint32_t *ctrl, const uint8_t *mask, Py_ssize_t workers,
             row = _row(ctrl, w)
             if mask[w] and _asleep_here(row, here):
                 fv_wake(&row[<int>CMD_SEQ])
-    return 0
 
 
 def sleepers_here_last(cnp.ndarray ctrl not None, list workers):

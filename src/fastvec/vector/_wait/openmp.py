@@ -45,7 +45,7 @@ from typing import Any, Callable
 import numpy as np
 
 from fastvec.vector._wait._omp_park import timed_pause, timed_region
-from fastvec.vector._wait.policy import POOL_FOUND_S, RECHECK_EVERY
+from fastvec.vector._wait.policy import MAX_PARK_EXIT_S, POOL_FOUND_S, RECHECK_EVERY
 
 __all__ = ["OpenMPIdleThreads", "loaded_runtimes", "LLVM_RUNTIME_NAMES"]
 
@@ -226,14 +226,15 @@ class _Runtime:
 
     def count_parked_step(self, exit_s: float) -> None:
         """One parked step, whose region took ``exit_s`` to end. Parking stops for a runtime
-        whose regions take longer to end, on average, than starting its threads again would
-        (a contended host), and every RECHECK_EVERY steps (the next releases check that the
-        trainer still runs a region between steps)."""
+        whose regions take longer to end, on average, than starting its threads again would,
+        or than MAX_PARK_EXIT_S (a contended host), and every RECHECK_EVERY steps (the next
+        releases check that the trainer still runs a region between steps)."""
         self._parked_steps += 1
-        cost = self.start_cost or 0.0
-        # (one region that waited for a thread asleep through a long step counts, but not for more
-        # than a few times the cost it is compared with)
-        self.exit_mean += 0.125 * (min(exit_s, 4.0 * cost) - self.exit_mean)
+        cost = min(self.start_cost or 0.0, MAX_PARK_EXIT_S)
+        # (a region that waited for a thread asleep through a long step counts, but not for more
+        # than twice the longest cost it could be compared with: a few such on an idle host do
+        # not stop parking, most steps' on a contended one do)
+        self.exit_mean += 0.0625 * (min(exit_s, 2.0 * MAX_PARK_EXIT_S) - self.exit_mean)
         if self._parked_steps >= RECHECK_EVERY or (self._parked_steps >= 8 and self.exit_mean > cost):
             self.hot, self.found_share, self._skip_next = False, 0.0, True
             if self._parked_steps < RECHECK_EVERY:  # (parking costs more here: not again soon)

@@ -69,6 +69,11 @@ PARK_SPIN_FACTOR = 2.0
 # ... and for at least this long, and at most this long, whatever the mean.
 MIN_PARK_SPIN_S = 50e-6
 MAX_PARK_SPIN_S = 2e-3
+# A parked thread on a core sees the end of the wait within microseconds; one that takes
+# longer than this to leave the region on average was queued behind other work (another
+# trainer, a CPU hog), and parking stops there even where starting the threads again, as
+# measured on the same contended host, looks as slow.
+MAX_PARK_EXIT_S = 100e-6
 
 
 def idle_openmp_threads_spin(environ=os.environ) -> bool:
