@@ -14,7 +14,6 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 from gymnasium import Env, Space, logger
-from gymnasium.error import ResetNeeded
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces, batch_space, create_empty_array
@@ -205,9 +204,6 @@ class FastVectorEnv(WorkerVectorEnv):
     # constructor raised (a bad keyword, say), and there is nothing to close then.
     _pool = None
     _stats = None
-    # Whether a reset has been sent: a step before it raises ResetNeeded here, before anything
-    # reaches the workers (whose envs' OrderEnforcing would raise it there, ending them).
-    _was_reset = False
 
     def __init__(
         self,
@@ -400,23 +396,10 @@ class FastVectorEnv(WorkerVectorEnv):
 
     # -- the step -----------------------------------------------------------------------
     def step(self, actions):
-        """Step every env with its action; returns (obs, rewards, terminations, truncations, infos).
-
-        Raises ResetNeeded before the first :meth:`reset` (the vector env stays open).
-        """
-        if not self._was_reset:
-            self._assert_was_reset("step")
+        """Step every env with its action; returns (obs, rewards, terminations, truncations, infos)."""
         if self._stats is None:
             return self._step(actions)
         return self._counted(self._step, actions)
-
-    def _assert_was_reset(self, what: str) -> None:
-        """Raise ResetNeeded (ClosedEnvironmentError once closed) if no reset was sent yet:
-        ``what`` (a step) would reach envs that were never reset."""
-        self._assert_is_running()
-        if not self._was_reset:
-            raise ResetNeeded(f"Cannot call `{what}` before calling `reset` on {type(self).__name__}: its envs were "
-                              "never reset (the vector env stays open: reset it and go on)")
 
     def _counted(self, call: Callable[[Any], tuple], arg: Any) -> tuple:
         """``call(arg)`` (a step, or a recv), counted into the caller's row as it returns."""
@@ -515,7 +498,6 @@ class FastVectorEnv(WorkerVectorEnv):
         """Send the actions to the workers and return at once (AsyncVectorEnv API)."""
         self._assert_is_running()
         self._assert_no_pending_call("step_async")
-        self._assert_was_reset("step_async")
         check_synchronous("FastVectorEnv", self.batch_size, self.num_envs)
         if self._async_used and self._inflight.any():
             raise AlreadyPendingCallError("send/recv has commands in flight: recv() them first", "recv")
@@ -635,7 +617,6 @@ class FastVectorEnv(WorkerVectorEnv):
             self._autoreset_envs[mask] = False
         self._pending = pending
         self._state = _WAITING_RESET
-        self._was_reset = True
 
     def reset_wait(self, timeout: float | None = None):
         """Wait for the reset sent by :meth:`reset_async`; returns (obs, infos)."""
@@ -676,7 +657,6 @@ class FastVectorEnv(WorkerVectorEnv):
         busy = [w for w in workers if self._inflight[w]]
         if busy:
             raise ValueError(f"envs of workers {busy} are still stepping: recv() them before sending them new actions")
-        self._assert_was_reset("send")
         if self._autoreset_disabled:
             ended = np.zeros(self.num_envs, dtype=np.bool_)
             ended[rows] = self._autoreset_envs[rows]
