@@ -562,3 +562,46 @@ def test_get_attr_call_and_set_attr():
     with pytest.raises(NotImplementedError, match="fixed at construction"):
         env.set_attr("gravity", 1.0)
     env.close()
+
+
+def test_call_answers_the_methods_that_only_read():
+    """``call`` runs render, get_wrapper_attr, has_wrapper_attr and __str__ / __repr__ (what SB3's
+    env_method / env_is_wrapped and Gymnasium's generic code ask of every env); other methods
+    raise NotImplementedError naming the ones it calls."""
+    env = NativeVectorEnv("CartPole-v1", 3)
+    ref = SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(3)])
+    try:
+        assert env.backend_reason is None  # (built directly, not by make_vec)
+        assert env.env_wrappers == (gym.wrappers.TimeLimit, gym.wrappers.OrderEnforcing)
+        assert env.call("__str__") == ("<TimeLimit<OrderEnforcing<CartPoleEnv<CartPole-v1>>>>",) * 3
+        assert env.call("__repr__") == env.call("__str__")
+        assert env.call("get_wrapper_attr", "gravity") == ref.call("get_wrapper_attr", "gravity")
+        assert env.call("get_wrapper_attr", "render_mode") == (None,) * 3
+        assert env.call("has_wrapper_attr", "gravity") == (True,) * 3
+        assert env.call("has_wrapper_attr", "no_such_attribute") == (False,) * 3
+        assert env.call("has_wrapper_attr", "render") == (True,) * 3
+        assert env.call("has_wrapper_attr", "step") == (True,) * 3  # exists, though not callable here
+        with pytest.raises(AttributeError):
+            env.call("get_wrapper_attr", "no_such_attribute")
+        with pytest.raises(NotImplementedError, match="call it with call"):
+            env.call("get_wrapper_attr", "render")
+        with pytest.raises(TypeError, match="one argument"):
+            env.call("get_wrapper_attr")
+        with pytest.raises(TypeError, match="no arguments"):
+            env.call("__str__", 1)
+        with pytest.raises(NotImplementedError, match="calls only render, get_wrapper_attr"):
+            env.call("reset")
+        env.reset(seed=0)
+        with pytest.warns(UserWarning, match="render_mode"):
+            assert env.call("render") == (None,) * 3  # (as SyncVectorEnv: one None per env)
+    finally:
+        env.close()
+        ref.close()
+    # With a render mode, call('render') gives one frame per env.
+    env = NativeVectorEnv("CartPole-v1", 2, render_mode="rgb_array")
+    try:
+        env.reset(seed=1)
+        frames = env.call("render")
+        assert len(frames) == 2 and frames[0].shape[-1] == 3
+    finally:
+        env.close()

@@ -199,3 +199,62 @@ def test_native_true_refuses_what_it_cannot_honour():
     with pytest.raises(TypeError, match="only for NativeVectorEnv"):
         gym.make_vec("CartPole-v1", 2, vectorization_mode="fastvec", wrappers=[TimeAwareObservation],
                      vector_kwargs={"num_threads": 2})
+
+
+@pytest.mark.parametrize("call, backend, reason", [
+    (dict(), "NativeVectorEnv",
+     "NativeVectorEnv: CartPole-v1 has a compiled native env and no keyword asked for something it cannot honour"),
+    (dict(vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP, "copy": False}), "NativeVectorEnv",
+     "NativeVectorEnv: CartPole-v1 has a compiled native env and no keyword asked for something it cannot honour"),
+    (dict(wrappers=[TimeAwareObservation]), "FastVectorEnv", "FastVectorEnv: custom wrappers were given"),
+    (dict(vector_kwargs={"num_workers": 1}), "FastVectorEnv",
+     "FastVectorEnv: vector_kwargs ['num_workers'] are for the multiprocess backend"),
+    (dict(vector_kwargs={"native": False}), "FastVectorEnv", "FastVectorEnv: vector_kwargs native=False was given"),
+    (dict(render_mode="human"), "FastVectorEnv",
+     "FastVectorEnv: no native implementation of CartPole-v1 with kwargs {} and render_mode='human' "
+     "(its compiled env does not honour them)"),
+])
+def test_backend_reason_says_which_backend_and_why(call, backend, reason):
+    envs = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="fastvec", **call)
+    try:
+        assert type(envs).__name__ == backend
+        assert envs.backend_reason == reason
+        again = gym.make_vec(envs.spec)  # (rebuilt from the spec: the same choice, the same reason)
+        try:
+            assert again.backend_reason == reason
+        finally:
+            again.close()
+    finally:
+        envs.close()
+
+
+def test_backend_reason_for_an_id_without_a_native_env_and_for_ray(monkeypatch):
+    # (an id registered here, not LunarLander-v3: Box2D may be missing)
+    gym.register("FastvecNoNative-v0", entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv",
+                 max_episode_steps=10)
+    try:
+        envs = gym.make_vec("FastvecNoNative-v0", num_envs=1, vectorization_mode="fastvec",
+                            vector_kwargs={"num_workers": 1})
+        try:
+            assert isinstance(envs, FastVectorEnv)
+            assert envs.backend_reason == ("FastVectorEnv: no native implementation of FastvecNoNative-v0 "
+                                           "(it has no compiled native env)")
+        finally:
+            envs.close()
+    finally:
+        gym.registry.pop("FastvecNoNative-v0", None)
+
+    # backend="ray": make_vec builds a RayVectorEnv (a stand-in here: no Ray cluster needed).
+    import sys
+    import types
+
+    class FakeRayVectorEnv:
+        def __init__(self, env_fns, num_envs=None, *, env_kwargs=None, wrappers=None, vector_kwargs=None,
+                     num_shards=None):
+            self.unwrapped = self
+
+    monkeypatch.setitem(sys.modules, "fastvec.ray", types.SimpleNamespace(RayVectorEnv=FakeRayVectorEnv))
+    envs = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="fastvec",
+                        vector_kwargs={"backend": "ray", "num_shards": 2})
+    assert isinstance(envs, FakeRayVectorEnv)
+    assert envs.backend_reason.startswith("RayVectorEnv: vector_kwargs backend='ray' was given")

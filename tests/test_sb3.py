@@ -94,8 +94,8 @@ BACKENDS: dict[str, Callable[..., gym.vector.VectorEnv]] = {
     "sync": partial(_make_vec, "sync"),
     "fastvec": _make_fastvec,  # the multiprocess FastVectorEnv
 }
-# NativeVectorEnv: same results, but its compiled envs have no settable attributes or
-# callable methods, so it joins the rollout/training tests only.
+# NativeVectorEnv: same results, but its compiled envs have no settable attributes and call only
+# the methods that read, so it joins the rollout/training tests (and test_sb3_tools_over_native_vector_env).
 WITH_NATIVE = {**BACKENDS, "native": partial(_make_fastvec, native=True)}
 ASYNC = partial(_make_vec, "async")  # slow to start: used in a few cases only
 
@@ -890,3 +890,83 @@ def test_per_env_options_holding_arrays_and_infos_with_int_keys_are_as_dummy_vec
     finally:
         got.close()
         ref.close()
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_sb3_tools_over_native_vector_env(tmp_path) -> None:
+    """SB3's tooling over ``to_sb3`` of a NativeVectorEnv, built as docs/integrations.md builds
+    it: ``learn``, ``evaluate_policy``, ``EvalCallback``, ``VecMonitor``, ``VecNormalize`` with
+    ``VecFrameStack``, ``save``/``load``. The ``env_method`` / ``env_is_wrapped`` calls they make
+    are answered for the compiled envs, and ``evaluate_policy`` returns what it returns over the
+    same envs on SyncVectorEnv (NativeVectorEnv's results are theirs, bit for bit)."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import EvalCallback
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import VecFrameStack, VecMonitor, VecNormalize
+
+    from fastvec import NativeVectorEnv
+
+    def native(num_envs: int) -> SB3VecEnv:
+        return _cartpole_sb3("native", num_envs)
+
+    env, ref = native(4), _cartpole_sb3("sync", 4)
+    opened = [env, ref]
+    try:
+        assert isinstance(env.vector_env, NativeVectorEnv)
+        # What SB3's tools ask of the envs (evaluate_policy, VecMonitor: env_is_wrapped(Monitor)).
+        assert env.env_is_wrapped(Monitor) == ref.env_is_wrapped(Monitor) == [False] * 4
+        assert env.env_is_wrapped(gym.wrappers.TimeLimit, indices=[0, 2]) == [True, True]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # (these only read: no "ran in every env" warning)
+            assert env.env_method("get_wrapper_attr", "gravity", indices=[1]) == [9.8]
+            assert env.env_method("__str__", indices=0) == ["<TimeLimit<OrderEnforcing<CartPoleEnv<CartPole-v1>>>>"]
+        assert env.has_attr("gravity") and not env.has_attr("no_such_attribute")
+        with pytest.raises(NotImplementedError, match=r"native.: False"):
+            env.env_method("reset", seed=0)  # what it cannot do, it says, naming the backend that can
+
+        model = PPO("MlpPolicy", env, n_steps=16, batch_size=32, n_epochs=1, seed=0, device="cpu")
+        eval_env = native(2)
+        opened.append(eval_env)
+        callback = EvalCallback(eval_env, n_eval_episodes=2, eval_freq=16, warn=False, verbose=0,
+                                log_path=str(tmp_path / "eval"))
+        model.learn(128, callback=callback)
+        assert model.num_timesteps == 128
+        assert len(callback.evaluations_results) == 2  # (every 16 steps of 4 envs)
+        assert all(len(r) == 2 and 1 <= min(r) and max(r) <= 500 for r in callback.evaluations_results)
+
+        results = []
+        for venv in (env, ref):
+            venv.seed(7)
+            with pytest.warns(UserWarning, match="not wrapped with a ``Monitor``"):
+                results.append(evaluate_policy(model, venv, n_eval_episodes=2, deterministic=True,
+                                               return_episode_rewards=True))
+        (rewards, lengths), (ref_rewards, ref_lengths) = results
+        assert len(rewards) == 2 and all(1 <= n <= 500 for n in lengths)
+        assert [float(r) for r in rewards] == [float(n) for n in lengths]  # CartPole: 1 per step
+        assert (rewards, lengths) == (ref_rewards, ref_lengths)
+
+        monitored = VecMonitor(native(2))
+        opened.append(monitored)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            mean, std = evaluate_policy(model, monitored, n_eval_episodes=2)
+        assert 1 <= mean <= 500 and std >= 0
+
+        stacked = VecFrameStack(VecNormalize(native(4)), 2)
+        opened.append(stacked)
+        stacked_model = PPO("MlpPolicy", stacked, n_steps=16, batch_size=32, n_epochs=1, seed=0, device="cpu")
+        stacked_model.learn(64)
+        stacked_model.save(tmp_path / "ppo")
+        stacked.venv.save(tmp_path / "vecnormalize.pkl")
+        restored = VecFrameStack(VecNormalize.load(str(tmp_path / "vecnormalize.pkl"), native(4)), 2)
+        opened.append(restored)
+        loaded = PPO.load(tmp_path / "ppo", env=restored, device="cpu")
+        obs = restored.reset()
+        np.testing.assert_array_equal(loaded.predict(obs, deterministic=True)[0],
+                                      stacked_model.predict(obs, deterministic=True)[0])
+        loaded.learn(32)
+        mean, _ = evaluate_policy(loaded, restored, n_eval_episodes=2, warn=False)
+        assert 1 <= mean <= 500
+    finally:
+        for opened_env in opened:
+            opened_env.close()

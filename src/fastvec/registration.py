@@ -26,7 +26,8 @@ Which backend a ``"fastvec"`` call gets (the local choice is :mod:`fastvec.vecto
   picks its local backend by the two rules above. ``make_vec(envs.spec)`` rebuilds it.
 
 Every returned vector env's ``spec`` records ``vectorization_mode="fastvec"`` (and the call's
-``num_envs``, ``vector_kwargs`` and ``wrappers``), so that ``make_vec(envs.spec)`` comes back here.
+``num_envs``, ``vector_kwargs`` and ``wrappers``), so that ``make_vec(envs.spec)`` comes back here;
+its ``backend_reason`` says which backend was chosen and why, in one short sentence.
 
 Example:
     >>> import gymnasium as gym
@@ -35,6 +36,8 @@ Example:
     ...                     vector_kwargs={"num_workers": 2, "native": False})
     >>> type(envs).__name__, envs.spec.kwargs["vectorization_mode"]
     ('FastVectorEnv', 'fastvec')
+    >>> envs.backend_reason
+    'FastVectorEnv: vector_kwargs native=False was given'
     >>> envs.close()
 """
 from __future__ import annotations
@@ -83,7 +86,8 @@ def make_vec(
 
     Same arguments as ``gymnasium.make_vec``; ``vector_kwargs`` go to the backend
     (plus ``native``: ``False`` to force the multiprocess backend, ``True`` to
-    require the native one). See the module docstring for which backend is used.
+    require the native one). See the module docstring for which backend is used;
+    the returned env's ``backend_reason`` says which one it is and why.
 
     Raises:
         TypeError: a ``vector_kwargs`` key that neither backend takes.
@@ -122,8 +126,11 @@ def _make_ray(env_spec: EnvSpec, num_envs: int, backend_kwargs: dict, wrappers: 
 
     ray_kwargs, shard_kwargs = _backends.split_ray_kwargs(
         backend_kwargs, _backends.keywords(RayVectorEnv, exclude=_RAY_OWN_ARGUMENTS))
-    return RayVectorEnv(env_spec, num_envs, env_kwargs=spec_kwargs.copy(), wrappers=wrappers,
+    envs = RayVectorEnv(env_spec, num_envs, env_kwargs=spec_kwargs.copy(), wrappers=wrappers,
                         vector_kwargs=shard_kwargs, **ray_kwargs)
+    envs.backend_reason = ("RayVectorEnv: vector_kwargs backend='ray' was given (each shard runs "
+                           "NativeVectorEnv or FastVectorEnv by the local rules)")
+    return envs
 
 
 def _wrap(original: Callable) -> Callable:

@@ -33,7 +33,9 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 from fastvec.integrations._sb3_env_access import ATTRIBUTE, build_env
 from fastvec.vector._arguments import same_value
 from fastvec.vector._batch_tree import copy_batch, put_rows
+from fastvec.vector._worker_vector_env import CallState
 from fastvec.vector.fast_vector_env import FastVectorEnv
+from fastvec.vector.native_vector_env import NativeVectorEnv
 
 __all__ = ["FastVecEnv", "SB3VecEnv", "to_sb3"]
 
@@ -78,6 +80,15 @@ class SB3VecEnv(VecEnv):
     ``set_options`` (per-env options, applied at the next reset through ``reset_mask`` when
     they differ between envs; on the very first reset, envs whose options differ from env 0's
     are reset twice, first with env 0's options, since a masked reset needs every env reset once).
+
+    After a KeyboardInterrupt (Ctrl-C) in :meth:`step_wait` (in ``model.learn()``, say), the
+    next ``step_wait`` returns the results of the step that was interrupted, finished by the
+    workers meanwhile, and the actions given since are not used (with a warning): SB3's
+    learner still holds the observations those interrupted actions were chosen from, so its
+    trajectories, episode ends included, go on unbroken. This needs a fastvec vector env
+    (``FastVectorEnv``, ``MultiAgentVectorEnv``) as ``vector_env``: under a vector wrapper the
+    interrupted step is finished and dropped by the next step, as ``FastVectorEnv.step``
+    does. :meth:`reset` after an interrupt waits for the step and then resets.
 
     Example:
         >>> import gymnasium as gym
@@ -139,10 +150,14 @@ class SB3VecEnv(VecEnv):
         self._episode_returns = np.zeros(num_envs, dtype=np.float64)
         self._episode_lengths = np.zeros(num_envs, dtype=np.int64)
         self._warned_indices: set[str] = set()
+        # a KeyboardInterrupt ended the vector env's step in step_wait: the next step_wait
+        # returns that step if the vector env still has it pending (see the class docstring)
+        self._step_interrupted = False
 
     # ------------------------------------------------------------------ reset / step
     def reset(self) -> VecEnvObs:
         """Reset every env (with the seeds / options set since the last reset) and return the observations."""
+        self._step_interrupted = False  # (the vector env's reset finishes an interrupted step first)
         seeds = list(self._seeds)
         seed_arg = None if all(s is None for s in seeds) else seeds
         options = self._options
@@ -186,8 +201,18 @@ class SB3VecEnv(VecEnv):
         self._actions = actions
 
     def step_wait(self) -> VecEnvStepReturn:
-        """Step every env, autoreset the finished ones, and return SB3's ``(obs, rewards, dones, infos)``."""
-        obs, rewards, terminated, truncated, infos = self.vector_env.step(self._actions)
+        """Step every env, autoreset the finished ones, and return SB3's ``(obs, rewards, dones, infos)``.
+
+        After a KeyboardInterrupt in the last ``step_wait``: that step's results (see the class
+        docstring)."""
+        out = self._interrupted_step() if self._step_interrupted else None
+        if out is None:
+            try:
+                out = self.vector_env.step(self._actions)
+            except KeyboardInterrupt:
+                self._step_interrupted = True
+                raise
+        obs, rewards, terminated, truncated, infos = out
         self._actions = None
         terminated = np.asarray(terminated, dtype=bool)
         truncated = np.asarray(truncated, dtype=bool)
@@ -264,6 +289,24 @@ class SB3VecEnv(VecEnv):
             obs = copy_batch(obs)
         return obs, np.array(rewards, dtype=np.float32), dones, sb3_infos
 
+    def _interrupted_step(self) -> tuple | None:
+        """The results of the vector env's step that a KeyboardInterrupt ended in the last
+        :meth:`step_wait`, once its workers have finished it; None when the vector env does not
+        hold it (a vector wrapper's, one that is not fastvec's, or finished by another call)."""
+        self._step_interrupted = False
+        venv = self.vector_env
+        if not getattr(venv, "_interrupted", False):
+            return None
+        state, out = venv._finish_interrupted("step_wait", warn=False)
+        if state is CallState.WAITING_STEP:
+            warnings.warn("step_wait returned the step that a KeyboardInterrupt interrupted, as its workers "
+                          "finished it; the actions given since were not used", stacklevel=3)
+            return out
+        if state is not CallState.DEFAULT:  # (DISABLED: the reset of the envs that ended, after the step)
+            warnings.warn(f"step_wait first finished the `{state.value}` that a KeyboardInterrupt interrupted and "
+                          "dropped its results", stacklevel=3)
+        return None
+
     def _no_final_obs(self, row: int) -> RuntimeError:
         """The error for a finished row with no ``final_obs`` (its env was not reset)."""
         if hasattr(self.vector_env.unwrapped, "agent_mask"):
@@ -310,16 +353,23 @@ class SB3VecEnv(VecEnv):
         """Call ``method_name(*method_args, **method_kwargs)`` in each env in ``indices``.
 
         With ``indices`` naming only some envs, the method runs in those envs alone when the
-        vector env exposes its sub-envs (``SyncVectorEnv.envs``); otherwise (multiprocess and
-        native backends) Gymnasium's ``call`` runs it in every env and the requested results are
+        vector env exposes its sub-envs (``SyncVectorEnv.envs``); otherwise (multiprocess
+        backends) Gymnasium's ``call`` runs it in every env and the requested results are
         returned, with a warning, since side effects then reach every env.
+
+        Over :class:`fastvec.NativeVectorEnv` (compiled envs) only the methods that read can be
+        called (``render``, ``get_wrapper_attr``, ``has_wrapper_attr``, ``__str__``,
+        ``__repr__``: its ``CALLABLE_METHODS``); any other raises ``NotImplementedError``
+        naming the multiprocess backend, which calls any method.
         """
         idx = list(self._get_indices(indices))
         if sorted(idx) != list(range(self.num_envs)):
             sub_envs = self._sub_envs()
             if sub_envs is not None:
                 return [sub_envs[i].get_wrapper_attr(method_name)(*method_args, **method_kwargs) for i in idx]
-            if method_name not in self._warned_indices:
+            if self._native() is not None and method_name in NativeVectorEnv.CALLABLE_METHODS:
+                pass  # (these only read: running them in every env changes nothing)
+            elif method_name not in self._warned_indices:
                 self._warned_indices.add(method_name)
                 warnings.warn(
                     f"env_method({method_name!r}, indices={indices!r}): "
@@ -335,8 +385,12 @@ class SB3VecEnv(VecEnv):
         """Whether each env in ``indices`` is wrapped in ``wrapper_class``.
 
         Exact (``isinstance`` along the wrapper chain) when the vector env exposes its sub-envs;
-        otherwise decided from the class names in each env's ``str()``
-        (``<Monitor<TimeLimit<...>>>``), fetched with ``call("__str__")``.
+        over :class:`fastvec.NativeVectorEnv`, whether one of the wrappers its compiled envs
+        have built in (``env_wrappers``: ``TimeLimit``, ``OrderEnforcing``) is a
+        ``wrapper_class`` (so ``Monitor``: ``False``; SB3's ``evaluate_policy`` then counts
+        episodes from the rewards and dones, which are the env's own); otherwise decided from
+        the class names in each env's ``str()`` (``<Monitor<TimeLimit<...>>>``), fetched with
+        ``call("__str__")``.
         """
         idx = list(self._get_indices(indices))
         sub_envs = self._sub_envs()
@@ -344,6 +398,10 @@ class SB3VecEnv(VecEnv):
             from stable_baselines3.common.env_util import is_wrapped
 
             return [is_wrapped(sub_envs[i], wrapper_class) for i in idx]
+        native = self._native()
+        if native is not None:
+            wrapped = any(issubclass(w, wrapper_class) for w in native.env_wrappers)
+            return [wrapped for _ in idx]
         names = self._base("call")("__str__")
         return [wrapper_class.__name__ in _WRAPPER_NAME.findall(str(names[i])) for i in idx]
 
@@ -354,6 +412,11 @@ class SB3VecEnv(VecEnv):
         while not hasattr(env, name) and isinstance(env, VectorWrapper):
             env = env.env
         return getattr(env, name)
+
+    def _native(self) -> NativeVectorEnv | None:
+        """The NativeVectorEnv under the vector env's wrappers, if that is what it is."""
+        base = self.vector_env.unwrapped
+        return base if isinstance(base, NativeVectorEnv) else None
 
     def _sub_envs(self) -> list[gym.Env] | None:
         """The sub-env objects when the vector env publicly holds them in this process (SyncVectorEnv)."""
@@ -535,6 +598,16 @@ def to_sb3(vector_env: VectorEnv, *, copy_obs: bool | None = None) -> SB3VecEnv:
     """Turn a Gymnasium vector env (fastvec's or any other) into a Stable-Baselines3 ``VecEnv``.
 
     The vector env must autoreset in the same step or not at all; see :class:`SB3VecEnv`.
+
+    Over :class:`fastvec.NativeVectorEnv` (what ``make_vec(..., vectorization_mode="fastvec")``
+    returns for the classic-control ids) SB3's tooling works as over ``DummyVecEnv``
+    (``learn``, ``evaluate_policy``, ``EvalCallback``, ``VecMonitor``, ``VecNormalize``,
+    ``VecFrameStack``, ``save``/``load``), but its compiled envs can neither be changed nor run
+    arbitrary methods: ``set_attr`` and ``env_method`` of anything but ``render``,
+    ``get_wrapper_attr``, ``has_wrapper_attr``, ``__str__`` and ``__repr__`` raise
+    ``NotImplementedError`` (so does HER's ``compute_reward``); ``env_is_wrapped`` is ``True``
+    only for ``TimeLimit`` and ``OrderEnforcing``, whose behaviour they have built in. Build
+    the vector env with ``vector_kwargs={"native": False}`` for envs that take all of it.
 
     Example:
         >>> import gymnasium as gym

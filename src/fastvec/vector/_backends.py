@@ -26,6 +26,8 @@ Example:
     >>> envs = _backends.make_local(*_backends.resolve("CartPole-v1", 2, {"num_workers": 1}, None, {}))
     >>> type(envs).__name__, envs.num_envs
     ('FastVectorEnv', 2)
+    >>> envs.backend_reason
+    "FastVectorEnv: vector_kwargs ['num_workers'] are for the multiprocess backend"
     >>> envs.close()
 """
 from __future__ import annotations
@@ -40,7 +42,7 @@ from gymnasium import Env, Wrapper
 from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import VectorEnv
 
-from fastvec.native import can_run_natively
+from fastvec.native import can_run_natively, native_ids
 from fastvec.vector.fast_vector_env import FastVectorEnv
 from fastvec.vector.native_vector_env import NativeVectorEnv
 
@@ -119,7 +121,8 @@ def make_local(env_spec: EnvSpec, num_envs: int, vector_kwargs: dict[str, Any], 
             them; ``vector_kwargs`` holds the backends' keywords and ``native`` (no ``backend``).
 
     Returns:
-        The vector env.
+        The vector env, its ``backend_reason`` set: which backend and why (``"NativeVectorEnv:
+        ..."``, or ``"FastVectorEnv: "`` and what :func:`native_refusal` says).
 
     Raises:
         TypeError: a ``vector_kwargs`` key that neither backend takes, or one that only
@@ -136,20 +139,28 @@ def make_local(env_spec: EnvSpec, num_envs: int, vector_kwargs: dict[str, Any], 
             f"unknown vector_kwargs {unknown} for vectorization_mode='fastvec'; expected some of "
             f"{sorted(accepted | {'native'})}"
         )
-    reason = native_refusal(env_spec, env_kwargs, wrappers, vector_kwargs) if native is not False else "native=False"
+    if native is False:
+        reason = "vector_kwargs native=False was given"
+    else:
+        reason = native_refusal(env_spec, env_kwargs, wrappers, vector_kwargs)
     if native is True and reason:
         raise ValueError(f"native=True, but {env_spec.id} cannot run on NativeVectorEnv here: {reason}")
     if reason is None:
         if env_spec.max_episode_steps is not None:  # (the spec's, which Gymnasium's make applies)
             env_kwargs = {"max_episode_steps": env_spec.max_episode_steps, **env_kwargs}
-        return NativeVectorEnv(env_spec.id, num_envs, **vector_kwargs, **env_kwargs)
+        envs = NativeVectorEnv(env_spec.id, num_envs, **vector_kwargs, **env_kwargs)
+        envs.backend_reason = (f"NativeVectorEnv: {env_spec.id} has a compiled native env and no keyword "
+                               "asked for something it cannot honour")
+        return envs
     multiprocess_only = set(vector_kwargs) - fast_kwargs
     if multiprocess_only:
         raise TypeError(
             f"vector_kwargs {sorted(multiprocess_only)} are only for NativeVectorEnv, which cannot run "
             f"this call ({reason})"
         )
-    return FastVectorEnv([single_env_maker(env_spec, env_kwargs, wrappers)] * num_envs, **vector_kwargs)
+    envs = FastVectorEnv([single_env_maker(env_spec, env_kwargs, wrappers)] * num_envs, **vector_kwargs)
+    envs.backend_reason = f"FastVectorEnv: {reason}"
+    return envs
 
 
 def single_env_maker(env_id: str | EnvSpec, env_kwargs: dict[str, Any],
@@ -185,6 +196,8 @@ def runs_natively(env_id: str | EnvSpec, env_kwargs: dict | None = None, wrapper
 
 def native_refusal(env_spec: EnvSpec, env_kwargs: dict, wrappers: list, vector_kwargs: dict) -> str | None:
     """Why this request cannot use NativeVectorEnv, or None if it can."""
+    if env_spec.id not in native_ids():
+        return f"no native implementation of {env_spec.id} (it has no compiled native env)"
     if wrappers:
         return "custom wrappers were given"
     if env_spec.additional_wrappers:
@@ -201,7 +214,8 @@ def native_refusal(env_spec: EnvSpec, env_kwargs: dict, wrappers: list, vector_k
     render_mode = env_kwargs.pop("render_mode", None)
     env_kwargs.pop("max_episode_steps", None)  # NativeVectorEnv takes it as its own argument
     if not can_run_natively(env_spec.id, env_kwargs, render_mode):
-        return f"no native implementation of {env_spec.id} with kwargs {env_kwargs} and render_mode={render_mode!r}"
+        return (f"no native implementation of {env_spec.id} with kwargs {env_kwargs} and "
+                f"render_mode={render_mode!r} (its compiled env does not honour them)")
     return None
 
 

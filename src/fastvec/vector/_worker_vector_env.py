@@ -76,6 +76,14 @@ class WorkerVectorEnv(VectorEnv):
     """
 
     _WORKER = "worker"
+    # Whether a call whose wait a KeyboardInterrupt ended stays pending, marked
+    # ``_interrupted`` (its workers go on with it), to be finished by the next command
+    # (:meth:`_finish_interrupted`); else that call is over as far as this class knows.
+    _RESUMES_INTERRUPTED = False
+    # The pending call (``_state``) was left by a wait that a KeyboardInterrupt ended, not by
+    # a ``*_async`` of the user's: the next command finishes it instead of raising
+    # AlreadyPendingCallError (which a call pending on purpose still raises).
+    _interrupted = False
 
     def _init_workers(self, starts: list[int], stops: list[int]) -> None:
         """Set up the per-worker bookkeeping, no call pending.
@@ -118,6 +126,12 @@ class WorkerVectorEnv(VectorEnv):
         Raises:
             multiprocessing.TimeoutError: ``timeout`` passed; the call is still pending.
         """
+        raise NotImplementedError
+
+    def _finish_interrupted(self, caller: str, warn: bool | None = None) -> tuple[CallState, Any]:
+        """Finish the pending call that a KeyboardInterrupt left (``_interrupted``) before
+        ``caller`` sends a new command; returns (its state, its results). Only subclasses with
+        ``_RESUMES_INTERRUPTED`` leave one."""
         raise NotImplementedError
 
     # -- call / attributes ------------------------------------------------------------------
@@ -179,21 +193,32 @@ class WorkerVectorEnv(VectorEnv):
         """Check that no call is pending (``caller`` names the method in the error), then send
         ``command`` (see :meth:`_send_command`); the vector env waits on a call from then on."""
         self._assert_is_running()
+        if self._interrupted:
+            self._finish_interrupted(caller)
         self._assert_no_pending_call(caller)
         self._send_command(command, payload_of)
         self._state = _WAITING_CALL
 
     def _finish_call(self, timeout: float | None, caller: str) -> tuple[Any, ...] | None:
         """Collect the call :meth:`_start_call` sent: the results in env order, or None when no
-        worker returned any. A timeout leaves the call pending; any other error ends it."""
+        worker returned any. A timeout leaves the call pending, and so does a KeyboardInterrupt
+        with ``_RESUMES_INTERRUPTED`` (marked interrupted); any other error ends it."""
         try:
             replies = self._wait_replies(timeout, caller)
         except multiprocessing.TimeoutError:
             raise
+        except KeyboardInterrupt:
+            if self._RESUMES_INTERRUPTED:
+                self._interrupted = True
+            else:
+                self._state = _DEFAULT
+            raise
         except BaseException:
             self._state = _DEFAULT
+            self._interrupted = False
             raise
         self._state = _DEFAULT
+        self._interrupted = False
         if all(reply is None for _, reply in replies):
             return None
         return tuple(result for _, results in replies for result in results)

@@ -23,6 +23,7 @@ from fastvec.vector._arguments import (check_failure_arguments, check_no_ended_e
                                        checked_batch_size, checked_count, checked_step_timeout, seeds_per_env,
                                        split_reset_options)
 from fastvec.vector._pool import WorkerPool, usable_cpus
+from fastvec.vector._protocol import Word
 from fastvec.vector._batch_tree import copy_batch, put_rows
 from fastvec.vector._staging import Staging, layouts
 from fastvec.vector._stats import summarize
@@ -35,6 +36,7 @@ __all__ = ["FastVectorEnv"]
 
 # Module aliases of the members the per-step path reads (as in fastvec.vector._protocol).
 _DEFAULT, _WAITING_RESET, _WAITING_STEP = CallState.DEFAULT, CallState.WAITING_RESET, CallState.WAITING_STEP
+_CMD_SEQ = int(Word.CMD_SEQ)
 
 
 class _SpacesDiffer(RuntimeError):
@@ -204,6 +206,12 @@ class FastVectorEnv(WorkerVectorEnv):
     # constructor raised (a bad keyword, say), and there is nothing to close then.
     _pool = None
     _stats = None
+    #: Which backend ``gym.make_vec(..., vectorization_mode="fastvec")`` chose and why (a short
+    #: sentence, set by make_vec); ``None`` for a FastVectorEnv built directly.
+    backend_reason: str | None = None
+    # A call whose wait a KeyboardInterrupt ended stays pending, marked ``_interrupted``: the
+    # workers go on with it, and the next command finishes it first (_finish_interrupted).
+    _RESUMES_INTERRUPTED = True
 
     def __init__(
         self,
@@ -396,7 +404,14 @@ class FastVectorEnv(WorkerVectorEnv):
 
     # -- the step -----------------------------------------------------------------------
     def step(self, actions):
-        """Step every env with its action; returns (obs, rewards, terminations, truncations, infos)."""
+        """Step every env with its action; returns (obs, rewards, terminations, truncations, infos).
+
+        A KeyboardInterrupt (Ctrl-C) that ends the wait leaves the workers stepping. The next
+        ``step`` (or ``step_async``, ``send``, ``call``...) first waits for that step and drops
+        its results, with a warning, then steps with its own actions; :meth:`step_wait`
+        instead returns them, and :meth:`reset` waits for them and then resets
+        (``docs/vector.md``, "Ctrl-C").
+        """
         if self._stats is None:
             return self._step(actions)
         return self._counted(self._step, actions)
@@ -480,23 +495,39 @@ class FastVectorEnv(WorkerVectorEnv):
                 and not (self._async_used and self._inflight.any())):
             # The compiled common case. While the step is out the state is step_async's, so
             # that an interrupted wait can be finished by step_wait, as in the general path.
+            # (driver.pending is still True here if the last compiled step was interrupted and
+            # then finished by the general path: its commands' sequence numbers then tell.)
+            seqs = self._command_seqs() if driver.pending else None
             self._state, self._pending = _WAITING_STEP, self._pool.remote_mask
             try:
                 done = driver.step(actions)
-            finally:
-                if not driver.pending:  # (nothing was sent, or the wait is over)
+            except BaseException as exc:
+                if driver.pending and (seqs is None or self._closed_or_sent_since(seqs)):
+                    if isinstance(exc, KeyboardInterrupt):
+                        self._interrupted = True  # (the step is out: the next command finishes it)
+                else:  # (nothing was sent)
                     self._state = _DEFAULT
+                raise
+            self._state = _DEFAULT  # (nothing was sent, or the wait is over)
             if done:
                 if self._restarts is None:
                     return driver.results()
                 return self._mark_restarts(driver.results())
+        if self._interrupted:
+            self._finish_interrupted("step")
         self.step_async(actions)
         # step_wait() without its checks, which step_async has just made true
         return self._step_results(self._finish_pending("step_wait", None))
 
     def step_async(self, actions) -> None:
-        """Send the actions to the workers and return at once (AsyncVectorEnv API)."""
+        """Send the actions to the workers and return at once (AsyncVectorEnv API).
+
+        After a KeyboardInterrupt ended a wait (``step``, ``step_wait``, ``reset``, ...), the
+        interrupted command is first finished and its results dropped, with a warning.
+        """
         self._assert_is_running()
+        if self._interrupted:
+            self._finish_interrupted("step_async")
         self._assert_no_pending_call("step_async")
         check_synchronous("FastVectorEnv", self.batch_size, self.num_envs)
         if self._async_used and self._inflight.any():
@@ -515,7 +546,9 @@ class FastVectorEnv(WorkerVectorEnv):
         self._state = _WAITING_STEP
 
     def step_wait(self, timeout: float | None = None):
-        """Wait for the step sent by :meth:`step_async`; ``TimeoutError`` after ``timeout`` seconds."""
+        """Wait for the step sent by :meth:`step_async`; ``TimeoutError`` after ``timeout`` seconds.
+
+        Also returns the results of a ``step`` whose wait a KeyboardInterrupt ended."""
         out = self._step_results(self._collect(_WAITING_STEP, "step_wait", timeout))
         if self._stats is not None and self._async_step_ns:
             self._count_step(self._async_step_ns, self.num_envs)
@@ -575,15 +608,69 @@ class FastVectorEnv(WorkerVectorEnv):
         return self._finish_pending(caller, timeout)
 
     def _finish_pending(self, caller: str, timeout: float | None) -> dict[str, Any]:
-        """Wait for the pending step or reset (already checked), then build the infos."""
-        replies, infos_seen = self._pool.wait(self._pending, timeout, caller)
+        """Wait for the pending step or reset (already checked), then build the infos. A
+        KeyboardInterrupt leaves it pending, marked interrupted (see :meth:`_finish_interrupted`)."""
+        try:
+            replies, infos_seen = self._pool.wait(self._pending, timeout, caller)
+        except KeyboardInterrupt:
+            self._interrupted = True
+            raise
         self._state = _DEFAULT
+        self._interrupted = False
         return self._staging.take_replies(replies, self._staging.all_env_rows, infos_seen)
+
+    # -- after a KeyboardInterrupt ------------------------------------------------------------
+    def _finish_interrupted(self, caller: str, warn: bool | None = None) -> tuple[CallState, Any]:
+        """Finish the call that a KeyboardInterrupt left pending (its wait was interrupted:
+        the workers go on with it), before ``caller`` sends a new command; returns (its state,
+        its results: what ``step_wait``/``reset_wait``/``call_wait`` return). The results are
+        dropped by the caller, so a warning says so (``warn``; default: unless ``caller`` is a
+        reset, which drops them anyway). Another KeyboardInterrupt leaves it pending again."""
+        state = self._state
+        self._interrupted = False
+        if state is _DEFAULT:  # (nothing is pending any more)
+            return state, None
+        try:
+            if state is _WAITING_STEP:
+                out = self.step_wait()
+            elif state is _WAITING_RESET:
+                out = self.reset_wait()
+            else:
+                out = self.call_wait()
+        except KeyboardInterrupt:
+            self._interrupted = self._state is not _DEFAULT
+            raise
+        if warn is None:
+            warn = not caller.startswith("reset")
+        if warn:
+            ended = ""
+            if state is _WAITING_STEP and self._autoreset_disabled and self._autoreset_envs.any():
+                ended = (f"; envs {np.flatnonzero(self._autoreset_envs).tolist()} ended in it "
+                         "(autoreset_mode=DISABLED): reset them before stepping again")
+            logger.warn(f"`{caller}` first finished the `{state.value}` that a KeyboardInterrupt interrupted and "
+                        f"dropped its results (call `{state.value}_wait()` after the interrupt to get them){ended}")
+        return state, out
+
+    def _command_seqs(self) -> np.ndarray | None:
+        """Every worker's command sequence number (None: the vector env is closed)."""
+        ctrl = self._pool.ctrl
+        return None if ctrl is None or self._pool.closed else ctrl[:-1, _CMD_SEQ].copy()  # (not the shared row)
+
+    def _closed_or_sent_since(self, seqs: np.ndarray | None) -> bool:
+        """Whether a command went out to some worker since :meth:`_command_seqs` gave ``seqs``
+        (True once the vector env is closed: nothing is left to finish then)."""
+        now = self._command_seqs()
+        return seqs is None or now is None or not np.array_equal(now, seqs)
 
     # -- reset ------------------------------------------------------------------------------
     def reset_async(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
-        """Send a reset to the workers and return at once (AsyncVectorEnv API)."""
+        """Send a reset to the workers and return at once (AsyncVectorEnv API).
+
+        After a KeyboardInterrupt ended a wait, the interrupted command is first finished
+        (its results dropped: the reset replaces them)."""
         self._assert_is_running()
+        if self._interrupted:
+            self._finish_interrupted("reset_async")
         self._assert_no_pending_call("reset_async", period=False)
         seeds = seeds_per_env(seed, self.num_envs)
         options, mask = split_reset_options(options, self.num_envs)
@@ -619,7 +706,8 @@ class FastVectorEnv(WorkerVectorEnv):
         self._state = _WAITING_RESET
 
     def reset_wait(self, timeout: float | None = None):
-        """Wait for the reset sent by :meth:`reset_async`; returns (obs, infos)."""
+        """Wait for the reset sent by :meth:`reset_async` (or a ``reset`` whose wait a
+        KeyboardInterrupt ended); returns (obs, infos)."""
         infos = self._collect(_WAITING_RESET, "reset_wait", timeout)
         self._left_out[:] = False  # (only recv hands back the envs an async_reset left out)
         self._any_left_out = False
@@ -649,9 +737,12 @@ class FastVectorEnv(WorkerVectorEnv):
         sent actions, or all envs after :meth:`reset`) must be whole workers' envs that are
         not already stepping: in practice, the ``env_id`` of one or more earlier ``recv``
         results. With ``autoreset_mode=DISABLED``, an env that ended must be reset first
-        (``AssertionError``, as a step raises).
+        (``AssertionError``, as a step raises). After a KeyboardInterrupt ended a ``step``
+        (or ``reset``, ``call``), that command is first finished and its results dropped.
         """
         self._assert_is_running()
+        if self._interrupted:
+            self._finish_interrupted("send")
         self._assert_no_pending_call("send")
         workers, rows = self._whole_workers(env_ids)
         busy = [w for w in workers if self._inflight[w]]
@@ -674,7 +765,8 @@ class FastVectorEnv(WorkerVectorEnv):
 
         ``infos["env_id"]`` holds the env indices of the rows, in order (whole
         workers, by worker index). Rewards are 0 and flags False for envs whose
-        last command was a reset. Raises ``TimeoutError`` after ``timeout`` seconds.
+        last command was a reset. Raises ``TimeoutError`` after ``timeout`` seconds. A
+        KeyboardInterrupt leaves the commands in flight: the next ``recv`` returns them.
         """
         if self._stats is None:
             return self._recv(timeout)
@@ -802,6 +894,7 @@ class FastVectorEnv(WorkerVectorEnv):
                 except Exception:
                     terminate = True
             self._state = _DEFAULT
+            self._interrupted = False
         # send/recv steps still in flight (the usual state of an EnvPool-style loop) finish
         # first, so that every worker is idle when CLOSE comes and closes its envs. (A busy
         # worker gets no CLOSE: it would be joined until the timeout and then terminated, its

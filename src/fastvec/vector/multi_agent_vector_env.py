@@ -4,12 +4,14 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 import numpy as np
+from gymnasium import logger
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from fastvec.vector._agent_rows import AGENT_INFO_GIVEN, AGENT_INFOS, AgentRows
 from fastvec.vector._arguments import same_value
 from fastvec.vector._batch_tree import row_of
+from fastvec.vector._worker_vector_env import CallState
 from fastvec.vector.fast_vector_env import FastVectorEnv, _SpacesDiffer
 
 __all__ = ["MultiAgentVectorEnv"]
@@ -180,6 +182,9 @@ class MultiAgentVectorEnv(VectorEnv):
         self.agent_mask = np.zeros(self.num_envs, bool)
         # rows whose agent left on the last step (present then, absent from the next one)
         self._gone = np.zeros(self.num_envs, bool)
+        # the reset_mask (one entry per env; None: all) of the last reset sent, for a reset that
+        # a KeyboardInterrupt interrupted and the next call finishes (_finish_interrupted)
+        self._reset_mask_out = None
         self.action_mask = None
         self._action_limits = None  # (the first invalid action of each row, with padded Discrete actions)
         if counts is not None:
@@ -199,11 +204,19 @@ class MultiAgentVectorEnv(VectorEnv):
         Raises:
             ValueError: a ``reset_mask`` of another length, or that splits an env's rows.
         """
+        if self._interrupted:
+            self._finish_interrupted("reset")
         env_mask = None
         if options is not None and "reset_mask" in options:
             env_mask = self._env_reset_mask(options["reset_mask"])
             options = {**options, "reset_mask": env_mask}
-        obs, infos = self._envs.reset(seed=self._env_seeds(seed), options=options)
+        self._reset_mask_out = env_mask
+        return self._reset_rows(self._envs.reset(seed=self._env_seeds(seed), options=options), env_mask)
+
+    def _reset_rows(self, out: tuple, env_mask) -> tuple:
+        """A reset's (observations, infos) by row, :attr:`agent_mask` updated (``env_mask``: the
+        envs it reset, one entry per env; None: all)."""
+        obs, infos = out
         mask = infos["agent_mask"].copy()
         if env_mask is not None:  # (the envs not reset keep their agents)
             kept = ~np.asarray(env_mask, bool)
@@ -219,6 +232,10 @@ class MultiAgentVectorEnv(VectorEnv):
         """Step every env with its agents' actions (one row each; absent agents' ignored);
         returns (observations, rewards, terminations, truncations, infos) by row.
 
+        After a KeyboardInterrupt (Ctrl-C) ended the wait of a step (or reset), the next call
+        first waits for it: its results are dropped (with a warning, unless that next call is a
+        reset), and :attr:`agent_mask` follows them as it would have.
+
         Raises:
             RuntimeError: the vector env was made with ``batch_size`` below the number of
                 envs (step it with :meth:`send`/:meth:`recv`).
@@ -226,18 +243,52 @@ class MultiAgentVectorEnv(VectorEnv):
         if self.batch_size < self.num_parallel_envs:
             raise RuntimeError(f"this MultiAgentVectorEnv has batch_size={self.batch_size} < "
                                f"{self.num_parallel_envs} envs: step it with send(actions, env_ids) / recv()")
-        obs, _, _, env_truncated, infos = self._envs.step(self._per_env(actions))
+        if self._interrupted:
+            self._finish_interrupted("step")  # (before the actions are checked against agent_mask)
+        return self._step_rows(self._envs.step(self._per_env(actions)))
+
+    def _step_rows(self, out: tuple) -> tuple:
+        """A step's (observations, rewards, terminations, truncations, infos) by row,
+        :attr:`agent_mask` updated."""
+        obs, _, _, env_truncated, infos = out
         rewards, terminated, truncated, mask = self._agent_results(infos, env_truncated)
         self._gone = self._left(infos, mask, terminated, truncated)
         self.agent_mask = mask.reshape(-1).copy()
         return (self._rows(obs), rewards.reshape(-1), terminated.reshape(-1), truncated.reshape(-1),
                 self._row_infos(infos, mask, truncated=truncated))
 
+    # -- after a KeyboardInterrupt ------------------------------------------------------------
+    @property
+    def _interrupted(self) -> bool:
+        """Whether a KeyboardInterrupt ended the wait of the last call (a step, reset or call),
+        which the workers went on with: the next call finishes it first."""
+        return self._envs is not None and self._envs._interrupted
+
+    def _finish_interrupted(self, caller: str, warn: bool | None = None) -> tuple[CallState, Any]:
+        """Finish the call whose wait a KeyboardInterrupt ended before ``caller`` sends a new
+        command: a step's or reset's results update :attr:`agent_mask` (and which agents left)
+        as theirs would have. Returns (its state, its results by row, as :meth:`step` or
+        :meth:`reset` would have returned them); they are dropped by ``caller``, so a warning
+        says so (``warn``; default: unless ``caller`` is a reset)."""
+        state, out = self._envs._finish_interrupted(caller, warn=False)
+        if state is CallState.WAITING_STEP:
+            out = self._step_rows(out)
+        elif state is CallState.WAITING_RESET:
+            out = self._reset_rows(out, self._reset_mask_out)
+        if warn is None:
+            warn = not caller.startswith("reset")
+        if warn and state is not CallState.DEFAULT:
+            logger.warn(f"`{caller}` first finished the `{state.value}` that a KeyboardInterrupt interrupted and "
+                        "dropped its results")
+        return state, out
+
     # -- async: send / recv (EnvPool style) -------------------------------------------------
     def async_reset(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
         """Start resetting every env (env ``i`` with ``seed + i``); their first observations
         come from :meth:`recv`, ``batch_size`` envs at a time (``options["reset_mask"]``: as
         :meth:`reset`'s)."""
+        if self._interrupted:
+            self._finish_interrupted("async_reset")
         env_mask = None
         if options is not None and "reset_mask" in options:
             env_mask = self._env_reset_mask(options["reset_mask"])
@@ -265,6 +316,8 @@ class MultiAgentVectorEnv(VectorEnv):
                 that step together in one worker (``batch_size`` is a multiple of those), or
                 ``actions`` does not hold one action per row; nothing to send by default.
         """
+        if self._interrupted:
+            self._finish_interrupted("send")
         if env_ids is None:
             envs = np.flatnonzero(self._ready_envs)
             if not len(envs):
@@ -312,6 +365,8 @@ class MultiAgentVectorEnv(VectorEnv):
 
     def render(self):
         """Render every env (``render_mode`` set by the ParallelEnvs); one frame per env."""
+        if self._interrupted:
+            self._finish_interrupted("render")
         return self._envs.render()
 
     # -- call / attributes ----------------------------------------------------------------------
@@ -344,6 +399,8 @@ class MultiAgentVectorEnv(VectorEnv):
             [1.0, 1.0, 2.0, 2.0]
             >>> envs.close()
         """
+        if self._interrupted:
+            self._finish_interrupted("call")
         return tuple(value for value in self._envs.call(name, *args, **kwargs) for _ in range(self.num_agents))
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
@@ -369,6 +426,8 @@ class MultiAgentVectorEnv(VectorEnv):
                                      f"{self._env_rows[e].tolist()} must have one value, got "
                                      f"{list(values[e * self.num_agents:(e + 1) * self.num_agents])}")
             values = per_env
+        if self._interrupted:
+            self._finish_interrupted("set_attr")
         self._envs.set_attr(name, values)
 
     def stats(self) -> dict[str, Any]:

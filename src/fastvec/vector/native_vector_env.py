@@ -78,6 +78,10 @@ class NativeVectorEnv(Batch, VectorEnv):
         >>> envs.close()
     """
 
+    #: Which backend ``gym.make_vec(..., vectorization_mode="fastvec")`` chose and why
+    #: (a short sentence, set by make_vec); ``None`` for a NativeVectorEnv built directly.
+    backend_reason: str | None = None
+
     def __init__(
         self,
         env_id: str,
@@ -211,6 +215,19 @@ class NativeVectorEnv(Batch, VectorEnv):
     # fixed at construction) and their state can be read; nothing can be set.
     _UNTRACKED_ATTRS = ("steps_beyond_terminated", "last_u", "np_random", "_np_random", "screen", "clock")
 
+    #: The env methods :meth:`call` answers (they only read); any other raises NotImplementedError.
+    CALLABLE_METHODS = ("render", "get_wrapper_attr", "has_wrapper_attr", "__str__", "__repr__")
+
+    @property
+    def env_wrappers(self) -> tuple[type[gym.Wrapper], ...]:
+        """The Gymnasium wrappers whose behaviour every compiled env has built in, outermost
+        first, as ``gym.make`` would add them: ``TimeLimit`` (when the env has a time limit)
+        and ``OrderEnforcing`` (``step`` and ``render`` before ``reset`` raise ``ResetNeeded``).
+        ``PassiveEnvChecker`` is not among them: the compiled envs are not checked. No other
+        wrapper can be applied to them (``make_vec`` with ``wrappers`` builds FastVectorEnv)."""
+        limited = self.max_episode_steps < 2**31 - 1
+        return (gym.wrappers.TimeLimit,) * limited + (gym.wrappers.OrderEnforcing,)
+
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Read an attribute of every env (SyncVectorEnv's ``call`` for non-callables).
 
@@ -218,12 +235,20 @@ class NativeVectorEnv(Batch, VectorEnv):
         ``render_mode``...; without a Python env, the parameters) are the same for every
         env; ``state`` (or what holds the state of an env registered without
         ``reference_state``: its state fields) is each env's own, as the Python env would
-        hold it; ``render`` renders. Methods cannot be called on compiled envs:
-        ``NotImplementedError``.
+        hold it. Of the env methods, only those that read (:attr:`CALLABLE_METHODS`) can be
+        called: ``render`` (one frame per env, ``None`` each without a render mode),
+        ``get_wrapper_attr(name)`` (as ``call(name)``), ``has_wrapper_attr(name)``, and
+        ``__str__`` / ``__repr__`` (what ``str`` of ``gym.make(env_id)`` would say, with the
+        wrappers of :attr:`env_wrappers`, e.g. ``<TimeLimit<OrderEnforcing<CartPoleEnv<CartPole-v1>>>>``).
+        Any other method raises ``NotImplementedError``: the envs are compiled.
         """
         self._assert_is_running()
-        if name == "render":
-            return self.render()
+        if name in self.CALLABLE_METHODS:
+            return self._call_method(name, *args, **kwargs)
+        return self._read(name)
+
+    def _read(self, name: str) -> tuple[Any, ...]:
+        """:meth:`call` of an attribute (not one of :attr:`CALLABLE_METHODS`): its value per env."""
         if name == "np_random_seed":
             return self.np_random_seed
         state_attributes = self._spec_native.state_attributes
@@ -243,9 +268,41 @@ class NativeVectorEnv(Batch, VectorEnv):
             raise AttributeError(f"{self.env_id} envs have no attribute {name!r}") from None
         if callable(value):
             raise NotImplementedError(
-                f"NativeVectorEnv cannot call env method {name!r}: its envs are compiled. Use the "
-                "multiprocess backend (vector_kwargs={'native': False} in make_vec) to call methods")
+                f"NativeVectorEnv cannot call env method {name!r}: its envs are compiled (it calls only "
+                f"{', '.join(self.CALLABLE_METHODS)}). Use the multiprocess backend "
+                "(vector_kwargs={'native': False} in make_vec) to call other methods")
         return (value,) * self.num_envs
+
+    def _call_method(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """:meth:`call` of one of :attr:`CALLABLE_METHODS`."""
+        if name == "render":
+            if args or kwargs:
+                raise TypeError("render() takes no arguments")
+            frames = self.render()
+            return (None,) * self.num_envs if frames is None else frames
+        if name in ("get_wrapper_attr", "has_wrapper_attr"):
+            attr = _one_name(name, *args, **kwargs)
+            if attr in self.CALLABLE_METHODS:
+                if name == "has_wrapper_attr":
+                    return (True,) * self.num_envs
+                raise NotImplementedError(
+                    f"NativeVectorEnv cannot hand out the env method {attr!r} of its compiled envs; "
+                    f"call it with call({attr!r})")
+            if name == "get_wrapper_attr":
+                return self._read(attr)
+            try:
+                self._read(attr)
+            except AttributeError:
+                return (False,) * self.num_envs
+            except NotImplementedError:  # it exists, but cannot be read or called here
+                pass
+            return (True,) * self.num_envs
+        if args or kwargs:
+            raise TypeError(f"{name}() takes no arguments")
+        inner = f"<{type(self._ref).__name__}<{self.env_id}>>" if self._ref is not None else f"<{self.env_id}>"
+        for wrapper in reversed(self.env_wrappers):
+            inner = f"<{wrapper.__name__}{inner}>"
+        return (inner,) * self.num_envs
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         """Same as :meth:`call` (as in SyncVectorEnv)."""
@@ -270,3 +327,13 @@ class NativeVectorEnv(Batch, VectorEnv):
 
     def __repr__(self) -> str:
         return f"NativeVectorEnv({self.env_id}, num_envs={self.num_envs})"
+
+
+def _one_name(method: str, *args: Any, **kwargs: Any) -> str:
+    """The one argument ``name`` of ``get_wrapper_attr(name)`` / ``has_wrapper_attr(name)``."""
+    if len(args) != 1 or kwargs:
+        raise TypeError(f"{method}() takes one argument, the attribute's name")
+    name = args[0]
+    if not isinstance(name, str):
+        raise TypeError(f"{method}(): the attribute's name must be a str, got {type(name).__name__}")
+    return name
