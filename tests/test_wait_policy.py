@@ -400,12 +400,13 @@ def test_a_parked_step_keeps_the_trainers_openmp_threads_for_its_next_region():
 
 @pytest.fixture
 def park_whatever_it_costs(monkeypatch):
-    """Parking as on a quiet host: the measured cost of starting the OpenMP threads again is
-    taken as endless, so that a loaded test machine does not switch the parked path off in a
-    test of what parked steps return (the switch has its own test)."""
-    from fastvec.vector._wait.openmp import _Runtime
+    """Parking as on a quiet host: the measured cost of starting the OpenMP threads again, and
+    the longest exit allowed, are taken as endless, so that a loaded test machine does not
+    switch the parked path off in a test of what parked steps do (the switch has its own test)."""
+    from fastvec.vector._wait import openmp
 
-    monkeypatch.setattr(_Runtime, "measure_start_cost", lambda self: float("inf"))
+    monkeypatch.setattr(openmp._Runtime, "measure_start_cost", lambda self: float("inf"))
+    monkeypatch.setattr(openmp, "MAX_PARK_EXIT_S", float("inf"))
 
 
 def _fake_runtime(pool: list) -> tuple:
@@ -480,6 +481,26 @@ def test_parking_stops_where_leaving_the_region_costs_more_than_starting_the_thr
     for _ in range(3):
         runtime.release()
     assert runtime.hot
+
+
+def test_parking_stops_where_exits_are_slow_even_if_starting_threads_measured_as_slow():
+    """A start cost measured on a contended host is as slow as the exits it is compared with:
+    exits of a millisecond stop parking whatever it says (MAX_PARK_EXIT_S), and so does a start
+    cost measured as nothing (releasing is then free)."""
+    from fastvec.vector._wait.policy import MAX_PARK_EXIT_S
+
+    for start_cost, exit_s in ((50 * MAX_PARK_EXIT_S, 10 * MAX_PARK_EXIT_S), (0.0, 0.2 * MAX_PARK_EXIT_S)):
+        pool = [True]
+        keep, runtime = _fake_runtime(pool)
+        for _ in range(3):
+            runtime.release()
+        assert runtime.hot
+        runtime.start_cost = start_cost
+        for _ in range(40):
+            runtime.count_parked_step(exit_s)
+            if not runtime.hot:
+                break
+        assert not runtime.hot, (start_cost, exit_s)
 
 
 def test_steps_parked_by_the_vector_env_are_counted_towards_the_next_check():
@@ -663,10 +684,11 @@ _STALLED_LOOP = """
 import json, sys, time
 import gymnasium as gym, numpy as np, torch
 from fastvec import FastVectorEnv
-from fastvec.vector._wait.openmp import _Runtime
+from fastvec.vector._wait import openmp
 
 # (parking as on a quiet host, whatever this machine's load: the parked path is the one measured)
-_Runtime.measure_start_cost = lambda self: float("inf")
+openmp._Runtime.measure_start_cost = lambda self: float("inf")
+openmp.MAX_PARK_EXIT_S = float("inf")
 
 class Stalls(gym.Wrapper):
     def __init__(self, env, at):
