@@ -92,6 +92,66 @@ def _kill_actors(actors: list) -> None:
             pass
 
 
+def shard_demand(options: dict[str, Any]) -> dict[str, float]:
+    """The Ray resources one shard's actor options ask for: ``{"CPU": 1.0}`` by default."""
+    demand = {"CPU": options.get("num_cpus"), "GPU": options.get("num_gpus"), "memory": options.get("memory")}
+    demand.update(options.get("resources") or {})
+    return {name: float(amount) for name, amount in demand.items() if amount}
+
+
+def _number(name: str, value: float) -> str:
+    return f"{value / 2**30:.3g} GiB" if name == "memory" else f"{value:g}"
+
+
+def _amount(name: str, value: float) -> str:
+    count = _number(name, value)
+    if name == "memory":
+        return f"{count} of memory"
+    return f"{count} {name}" + ("s" if name in ("CPU", "GPU") and count != "1" else "")
+
+
+def resource_shortage(shard_options: Sequence[dict[str, Any]], total: dict[str, float],
+                      available: dict[str, float], nodes: Sequence[dict[str, float]]) -> str | None:
+    """Why shards with these actor options can never all be placed on a cluster whose alive
+    nodes have ``nodes`` (each node's total resources), or None where they may be.
+
+    Only what can never be met is reported: more of a resource in all than the cluster has
+    (``total``, as ``ray.cluster_resources()`` gives it), or a shard that no single node can
+    hold. ``available`` only adds the figure to the message (other actors may hold part of
+    the cluster for a while: a wait for them is the ``start_timeout``'s business).
+
+        >>> print(resource_shortage([{"num_cpus": 1}] * 4, {"CPU": 2.0}, {"CPU": 2.0}, [{"CPU": 2.0}]))
+        4 shards ask for 4 CPUs in all (1 CPU each), and the Ray cluster has 2 CPUs (2 available): so ...
+        >>> resource_shortage([{"num_cpus": 1}] * 2, {"CPU": 2.0}, {"CPU": 0.0}, [{"CPU": 2.0}]) is None
+        True
+    """
+    demands = [shard_demand(options) for options in shard_options]
+    problems = []
+    for name in sorted({name for demand in demands for name in demand}):
+        asked = [demand.get(name, 0.0) for demand in demands]
+        has = float(total.get(name, 0.0))
+        if sum(asked) > has + 1e-9:
+            each = (f"{_amount(name, asked[0])} each" if len(set(asked)) == 1 else
+                    "per shard: " + ", ".join(_number(name, a) for a in asked))
+            problems.append(f"{len(asked)} shard{'s ask' if len(asked) > 1 else ' asks'} for {_amount(name, sum(asked))} in all "
+                            f"({each}), and the Ray cluster has {_amount(name, has)} "
+                            f"({_number(name, float(available.get(name, 0.0)))} available)")
+    if not problems:
+        for k, demand in enumerate(demands):
+            if not any(all(node.get(name, 0.0) + 1e-9 >= amount for name, amount in demand.items()) for node in nodes):
+                wants = ", ".join(_amount(name, amount) for name, amount in demand.items())
+                biggest = ", ".join(f"{_amount(name, max((node.get(name, 0.0) for node in nodes), default=0.0))}"
+                                    for name in demand)
+                problems.append(f"shard {k} asks for {wants} on one node, and no node of the Ray cluster has that "
+                                f"(the most one node has: {biggest})")
+                break
+    if not problems:
+        return None
+    return ("; ".join(problems) + ": so they can never all be placed. Ask for fewer shards (num_shards), less per "
+            "shard (shard_options, e.g. {'num_cpus': 0.5}; 0 lets the shards share the CPUs there are), or add "
+            "nodes; check_resources=False skips this check (an autoscaling cluster adds nodes on demand)")
+
+
 class RayVectorEnv(WorkerVectorEnv):
     """A Gymnasium vector env over Ray: the envs split into shards, one Ray actor each.
 
@@ -149,6 +209,12 @@ class RayVectorEnv(WorkerVectorEnv):
             the next ``step``/``reset`` overwrites.
         start_timeout: seconds to wait for the shards to be placed and to build their
             envs before giving up (a shard Ray cannot place waits forever otherwise).
+        check_resources: before starting the shards, compare what their options ask for
+            (``num_cpus``, ``num_gpus``, ``memory``, ``resources``) with the cluster's
+            nodes, and raise ``ValueError`` at once, naming the shortage, where the shards
+            can never all be placed: more in all than the cluster has, or a shard bigger
+            than any node (rather than waiting ``start_timeout`` for them). ``False`` on
+            an autoscaling cluster, whose nodes come when the shards ask for them.
         env_failure: ``"raise"`` (default) or ``"restart"``. With ``"restart"``, each
             shard's FastVectorEnv restarts its own failed envs and worker processes (as
             ``FastVectorEnv(env_failure="restart")`` does), and a shard whose actor dies
@@ -191,6 +257,7 @@ class RayVectorEnv(WorkerVectorEnv):
         batch_size: int | None = None,
         copy: bool = True,
         start_timeout: float = 120.0,
+        check_resources: bool = True,
         env_failure: str = "raise",
         max_restarts: int = 100,
         step_timeout: float | None = None,
@@ -252,6 +319,12 @@ class RayVectorEnv(WorkerVectorEnv):
             if len(per_shard_options) != self.num_shards:
                 raise ValueError(f"{len(per_shard_options)} shard_options for {self.num_shards} shards")
         self.shard_options = [{**DEFAULT_SHARD_OPTIONS, **o} for o in per_shard_options]
+        if check_resources:
+            shortage = resource_shortage(self.shard_options, ray.cluster_resources(), ray.available_resources(),
+                                         [node.get("Resources") or {} for node in ray.nodes() if node.get("Alive")])
+            if shortage:
+                self.closed = True
+                raise ValueError(f"RayVectorEnv: {shortage}")
 
         # -- the shards ------------------------------------------------------------------
         actors = []
