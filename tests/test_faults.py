@@ -475,3 +475,23 @@ def test_a_slow_env_and_step_wait_timeout(step_in_caller):
                 env.step_wait(timeout=0.1)
             assert time.perf_counter() - start < 0.4
             env.step_wait()  # still pending: collected by waiting again
+
+
+def test_an_unguarded_script_under_spawn_is_told_to_guard_its_main(tmp_path):
+    """With 'spawn' (torchrl makes it the default) each worker imports the main script again; a
+    script that makes the vector env at its top level then kills its workers as they start. The
+    error says why, and what to write."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import gymnasium as gym\n"
+        "from fastvec import FastVectorEnv\n"
+        "envs = FastVectorEnv([lambda: gym.make('CartPole-v1')] * 2, num_workers=1, context='spawn')\n"
+        "envs.close()\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                          cwd=str(tmp_path))
+    assert done.returncode != 0
+    assert "WorkerDiedError" in done.stderr, done.stderr[-2000:]
+    assert "if __name__ == \"__main__\":" in done.stderr and "'spawn' start method" in done.stderr, done.stderr[-2000:]

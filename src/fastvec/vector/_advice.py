@@ -50,7 +50,7 @@ def slow_settings(*, pin_workers: bool | None, release_openmp_threads: bool, gnu
         advice["release_openmp_threads"] = (
             "FastVectorEnv(release_openmp_threads=False): the idle threads of this process's GNU "
             "OpenMP runtime (torch's) spin for milliseconds after each parallel region, on the cores "
-            "the workers need for the next step (a CleanRL-style CartPole loop ran 3.6x slower). Leave "
+            "the workers need for the next step (docs/vector.md, \"In a training loop\"). Leave "
             "release_openmp_threads at True (the default), or set OMP_WAIT_POLICY=PASSIVE before "
             "Python starts.")
     if llvm_runtimes and "KMP_BLOCKTIME" not in environ and not passive:

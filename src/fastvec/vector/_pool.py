@@ -38,7 +38,8 @@ from fastvec.vector._stats import StatsRegion
 from fastvec.vector._wait.openmp import OpenMPIdleThreads
 from fastvec.vector._wait.policy import MAX_THINK_S, MIN_THINK_FOR_RELEASE_S, THINK_WINDOW_S, CallerWaits, WaitSettings
 from fastvec.vector._worker import REBUILD_PHASE, _Worker
-from fastvec.vector._worker_faults import RecoverableError, in_caller, log_failed_workers, remote_exception, worker_died
+from fastvec.vector._worker_faults import (RecoverableError, in_caller, log_failed_workers, remote_exception,
+                                          start_method_hint, worker_died)
 
 __all__ = ["WorkerPool", "usable_cpus"]
 
@@ -166,7 +167,13 @@ class WorkerPool:
             hellos.append(("spaces", [(e.observation_space, e.action_space) for e in self._local_envs],
                            dict(first.metadata), first.render_mode))
         for w in self.remote_workers:
-            message = self.recv(w)
+            try:
+                message = self.recv(w)
+            except WorkerDiedError as error:
+                hint = start_method_hint(self._process_args[0].get_start_method())
+                if hint:
+                    error.args = (f"{error.args[0]}{hint}",) + error.args[1:]
+                raise
             if message[0] == "error":
                 self.raise_remote(w, message)
             hellos.append(message)

@@ -47,6 +47,25 @@ def worker_died(w: int, env_range: str, exitcode: int, closed: bool = True) -> W
     return WorkerDiedError(f"FastVectorEnv worker {w} (envs {env_range}) {how}{ending}", w)
 
 
+def start_method_hint(start_method: str | None) -> str:
+    """What to add to the error of a worker that ended before it reported its envs, for a start
+    method that imports the caller's main script again in the worker ('' for fork): the usual
+    cause is a script that makes the vector env at its top level, without the ``__main__`` guard.
+
+    Example:
+        >>> start_method_hint("fork")
+        ''
+        >>> "__main__" in start_method_hint("spawn")
+        True
+    """
+    if start_method not in ("spawn", "forkserver"):
+        return ""
+    return (f" Its process was started with the {start_method!r} start method, which imports your main script "
+            "again in each worker: a script that makes the vector env at its top level must do so under "
+            "`if __name__ == \"__main__\":` (importing torchrl, among others, makes 'spawn' the default). "
+            "The worker's own error, if any, is printed above.")
+
+
 def log_failed_workers(errors: list, starts: list[int]) -> None:
     """Log each failed worker's error as AsyncVectorEnv does (``errors``: (worker, report) pairs)."""
     for w, report in errors:
