@@ -35,6 +35,7 @@ MODULES = [
     "fastvec.vector._wait.policy",
     "fastvec.vector.multi_agent_vector_env",
     "fastvec.vector._restarts",
+    "fastvec.vector._worker",
     "fastvec.vector._worker_faults",
     "fastvec.vector._worker_vector_env",
     "fastvec.vector._step_server",

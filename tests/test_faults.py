@@ -180,12 +180,62 @@ def test_env_returns_wrong_observation(shape, dtype, leak_check):
         _timed(lambda: env.step(np.zeros(2, np.int64)))
 
 
-def test_step_before_reset_is_gymnasiums_reset_needed(leak_check):
-    env = FastVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(2)], num_workers=2)
+@pytest.mark.parametrize("step_in_caller", [False, True])
+def test_step_before_reset_raises_reset_needed_once_and_the_vector_env_goes_on(step_in_caller, leak_check):
+    """Envs from gymnasium.make refuse a step before their first reset (OrderEnforcing): the
+    vector env refuses it first, sends nothing and stays open (a worker would end on it)."""
+    import warnings
+
+    env = FastVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(4)], num_workers=2,
+                        step_in_caller=step_in_caller)
     leak_check.append(env)
-    with pytest.raises(ResetNeeded) as info:
-        _timed(lambda: env.step(np.zeros(2, np.int64)))
-    assert info.value.env_index == 1  # both workers fail: the last error is raised, as in AsyncVectorEnv
+    actions = np.zeros(4, np.int64)
+    with warnings.catch_warnings(record=True) as logged:
+        warnings.simplefilter("always")
+        for call in (lambda: env.step(actions), lambda: env.step_async(actions),
+                     lambda: env.send(actions, np.arange(4))):
+            with pytest.raises(ResetNeeded, match="before calling `reset`"):
+                _timed(call)
+    assert [str(w.message) for w in logged] == []  # (no worker failed: nothing logged)
+    assert not env.closed and all(p.is_alive() for p in env.processes)
+    env.reset(seed=0)
+    obs, rewards, *_ = env.step(actions)
+    assert obs.shape == (4, 4) and rewards.tolist() == [1.0] * 4
+    env.close()
+    never_reset = FastVectorEnv([lambda: gym.make("CartPole-v1")] * 2, num_workers=1)
+    leak_check.append(never_reset)
+    never_reset.close()
+    with pytest.raises(ClosedEnvironmentError):  # (closed, as well as never reset: closed is said)
+        never_reset.step(np.zeros(2, np.int64))
+
+
+def test_envs_without_order_enforcing_may_step_before_reset_as_in_gymnasium(leak_check):
+    """Gymnasium's vector envs step envs that were never reset when the envs allow it (its own
+    tests do): so does FastVectorEnv, as SyncVectorEnv does."""
+    class Counter(gym.Env):
+        observation_space = gym.spaces.Box(0, 100, (1,), np.float32)
+        action_space = gym.spaces.Discrete(2)
+
+        def __init__(self):
+            self.t = 0
+
+        def reset(self, *, seed=None, options=None):
+            self.t = 0
+            return np.zeros(1, np.float32), {}
+
+        def step(self, action):
+            self.t += 1 + int(action)
+            return np.full(1, self.t, np.float32), float(self.t), False, False, {}
+
+    fns = [Counter for _ in range(2)]
+    env = FastVectorEnv(fns, num_workers=2)
+    leak_check.append(env)
+    sync = gym.vector.SyncVectorEnv(fns)
+    actions = np.array([0, 1])
+    for a, b in zip(env.step(actions)[:4], sync.step(actions)[:4]):
+        np.testing.assert_equal(a, b)
+    sync.close()
+    env.close()
 
 
 def test_non_picklable_constructor_with_spawn():

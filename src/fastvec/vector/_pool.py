@@ -37,7 +37,7 @@ from fastvec.vector._shared_buffer import Section, SharedBuffer
 from fastvec.vector._stats import StatsRegion
 from fastvec.vector._wait.openmp import OpenMPIdleThreads
 from fastvec.vector._wait.policy import MAX_THINK_S, MIN_THINK_FOR_RELEASE_S, THINK_WINDOW_S, CallerWaits, WaitSettings
-from fastvec.vector._worker import REBUILD_PHASE, _Worker
+from fastvec.vector._worker import REBUILD_PHASE, _Worker, enforces_reset_order
 from fastvec.vector._worker_faults import (RecoverableError, in_caller, log_failed_workers, remote_exception,
                                           start_method_hint, worker_died)
 
@@ -154,7 +154,8 @@ class WorkerPool:
 
     def hellos(self) -> list[tuple]:
         """Every worker's ("spaces", [(obs space, action space) per env], metadata, render
-        mode), in worker order; builds the caller's own share of the envs first, if any."""
+        mode, whether an env of it refuses a step before its first reset), in worker order;
+        builds the caller's own share of the envs first, if any."""
         hellos = []
         if self.step_in_caller:
             for k, env_fn in enumerate(self._env_fns[self.starts[0]:self.stops[0]]):
@@ -165,7 +166,8 @@ class WorkerPool:
                     raise
             first = self._local_envs[0]
             hellos.append(("spaces", [(e.observation_space, e.action_space) for e in self._local_envs],
-                           dict(first.metadata), first.render_mode))
+                           dict(first.metadata), first.render_mode,
+                           any(map(enforces_reset_order, self._local_envs))))
         for w in self.remote_workers:
             try:
                 message = self.recv(w)

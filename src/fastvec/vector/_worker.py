@@ -423,6 +423,26 @@ def build_env(env_fn: Callable[[], Any], index: int) -> Any:
     return env
 
 
+def enforces_reset_order(env: Any) -> bool:
+    """Whether ``env`` refuses a step before its first reset (Gymnasium's ``OrderEnforcing``
+    wrapper, which ``gymnasium.make`` adds, is in its wrapper chain): the caller may then
+    refuse such a step itself, before it reaches the workers. Envs without it may be stepped
+    first (Gymnasium's own vector tests do so).
+
+    Example:
+        >>> import gymnasium as gym
+        >>> enforces_reset_order(gym.make("CartPole-v1")), enforces_reset_order(gym.make("CartPole-v1").unwrapped)
+        (True, False)
+    """
+    from gymnasium.wrappers import OrderEnforcing
+
+    while env is not None:
+        if isinstance(env, OrderEnforcing):
+            return True
+        env = getattr(env, "env", None)
+    return False
+
+
 def error_report(exc: BaseException, env_index: int | None, phase: str) -> tuple:
     """What a worker sends when a command raised: enough to re-raise it in the caller."""
     import pickle
@@ -473,7 +493,7 @@ def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: 
             return
         first_env = envs[0]
         _protocol.send(pipe, ("spaces", [(env.observation_space, env.action_space) for env in envs],
-                              dict(first_env.metadata), first_env.render_mode))
+                              dict(first_env.metadata), first_env.render_mode, any(map(enforces_reset_order, envs))))
         message = pipe.recv()
         if message[0] != "attach":
             return

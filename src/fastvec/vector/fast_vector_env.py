@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 from gymnasium import Env, Space, logger
+from gymnasium.error import ResetNeeded
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces, batch_space, create_empty_array
@@ -206,6 +207,8 @@ class FastVectorEnv(WorkerVectorEnv):
     # constructor raised (a bad keyword, say), and there is nothing to close then.
     _pool = None
     _stats = None
+    _was_reset = False  # a reset was sent (see _set_spaces: the order some envs enforce)
+    _order_enforced = False
     #: Which backend ``gym.make_vec(..., vectorization_mode="fastvec")`` chose and why (a short
     #: sentence, set by make_vec); ``None`` for a FastVectorEnv built directly.
     backend_reason: str | None = None
@@ -342,6 +345,9 @@ class FastVectorEnv(WorkerVectorEnv):
         """Spaces, metadata and render mode from the envs' hellos; their spaces must agree."""
         spaces = [pair for hello in hellos for pair in hello[1]]
         first_obs_space, first_act_space = spaces[0]
+        # (a step before the first reset is refused here, without closing anything, when an env
+        # would refuse it itself: its worker would end on the error)
+        self._order_enforced = any(hello[4] for hello in hellos)
         self.metadata = dict(hellos[0][2])
         self.metadata["autoreset_mode"] = self.autoreset_mode
         self.render_mode = hellos[0][3]
@@ -410,11 +416,22 @@ class FastVectorEnv(WorkerVectorEnv):
         ``step`` (or ``step_async``, ``send``, ``call``...) first waits for that step and drops
         its results, with a warning, then steps with its own actions; :meth:`step_wait`
         instead returns them, and :meth:`reset` waits for them and then resets
-        (``docs/vector.md``, "Ctrl-C").
+        (``docs/vector.md``, "Ctrl-C"). Before the first :meth:`reset`, raises
+        ``ResetNeeded`` where an env would refuse the step itself (``gymnasium.make``'s
+        ``OrderEnforcing``), without sending anything: the vector env stays open.
         """
+        if not self._was_reset and self._order_enforced:
+            self._refuse_step_before_reset("step")
         if self._stats is None:
             return self._step(actions)
         return self._counted(self._step, actions)
+
+    def _refuse_step_before_reset(self, what: str) -> None:
+        """Raise ResetNeeded (ClosedEnvironmentError once closed): ``what`` (a step) would
+        reach envs that refuse a step before their first reset, and their workers would end."""
+        self._assert_is_running()
+        raise ResetNeeded(f"Cannot call `{what}` before calling `reset` on {type(self).__name__}: its envs were never "
+                          "reset (nothing was sent, and the vector env stays open: reset it and go on)")
 
     def _counted(self, call: Callable[[Any], tuple], arg: Any) -> tuple:
         """``call(arg)`` (a step, or a recv), counted into the caller's row as it returns."""
@@ -529,6 +546,8 @@ class FastVectorEnv(WorkerVectorEnv):
         if self._interrupted:
             self._finish_interrupted("step_async")
         self._assert_no_pending_call("step_async")
+        if not self._was_reset and self._order_enforced:
+            self._refuse_step_before_reset("step_async")
         check_synchronous("FastVectorEnv", self.batch_size, self.num_envs)
         if self._async_used and self._inflight.any():
             raise AlreadyPendingCallError("send/recv has commands in flight: recv() them first", "recv")
@@ -704,6 +723,7 @@ class FastVectorEnv(WorkerVectorEnv):
             self._autoreset_envs[mask] = False
         self._pending = pending
         self._state = _WAITING_RESET
+        self._was_reset = True
 
     def reset_wait(self, timeout: float | None = None):
         """Wait for the reset sent by :meth:`reset_async` (or a ``reset`` whose wait a
@@ -744,6 +764,8 @@ class FastVectorEnv(WorkerVectorEnv):
         if self._interrupted:
             self._finish_interrupted("send")
         self._assert_no_pending_call("send")
+        if not self._was_reset and self._order_enforced:
+            self._refuse_step_before_reset("send")
         workers, rows = self._whole_workers(env_ids)
         busy = [w for w in workers if self._inflight[w]]
         if busy:
