@@ -183,6 +183,35 @@ def test_step_wait_after_an_interrupted_step_returns_it(sigint, no_leak):
     ref.close()
 
 
+def test_a_step_interrupted_before_it_is_sent_after_an_interrupted_step_leaves_nothing_pending(
+        sigint, no_leak, monkeypatch):
+    """After an interrupted compiled step that step_wait returned, a Ctrl-C that lands before
+    the next step's commands go out leaves no step pending: the one after goes on, with
+    nothing to finish or drop."""
+    ref = SyncVectorEnv(toy_fns(4, signaller=2, at=2))
+    env = FastVectorEnv(toy_fns(4, signaller=2, at=2, pid=sigint), num_workers=2)
+    no_leak.append(env)
+    assert_same(ref.reset(seed=2), env.reset(seed=2), "reset")
+    assert_same(ref.step(_actions(0)), env.step(_actions(0)), "step 0")
+    _interrupted(env.step, _actions(1))
+    assert_same(ref.step(_actions(1)), env.step_wait(), "step 1, the interrupted one")
+    pool = env._pool
+
+    def interrupt(*args, **kwargs):
+        monkeypatch.undo()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pool, "step_started", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        env.step(_actions(2))  # (nothing sent)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for t in range(2, 6):
+            assert_same(ref.step(_actions(t)), env.step(_actions(t)), f"step {t}")
+    assert not _dropped_warnings(record)
+    ref.close()
+
+
 def test_step_async_after_an_interrupted_step_wait(sigint, no_leak):
     """step_async + step_wait (the AsyncVectorEnv API, as SB3-style loops use it)."""
     ref = SyncVectorEnv(toy_fns(4, signaller=1, at=2))

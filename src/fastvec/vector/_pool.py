@@ -376,21 +376,19 @@ class WorkerPool:
             return None
         return self.openmp.parked_runtimes()
 
-    def start_parked_step(self, mask: np.ndarray, runtimes: np.ndarray) -> bool:
+    def start_parked_step(self, mask: np.ndarray, runtimes: np.ndarray) -> None:
         """Hand the workers in ``mask`` a step (the actions are in the slabs) and wait for them,
         both inside the trainer's OpenMP regions ``runtimes`` (``_sync.start_and_wait_parked``),
-        for the wait's first liveness interval at most (or until ``step_timeout``): True if
-        they are all done by then; else the rest of the wait is :meth:`wait`'s, unparked.
-        Call right after :meth:`step_started`."""
+        for the wait's first liveness interval at most (or until ``step_timeout``); the rest of
+        the wait, if any, is :meth:`wait`'s, unparked. Call right after :meth:`step_started`."""
         spin, tail = self.waits.spins(False, False)
         chunk = LIVENESS_INTERVAL
         if self.step_timeout is not None:
             chunk = max(0.0, min(chunk, self._step_sent + self.step_timeout - time.perf_counter()))
-        busy, exit_s = _sync.start_and_wait_parked(self.ctrl, mask, _STEP, spin, chunk, tail, runtimes,
-                                                   self.waits.park_spin_s())
+        _, exit_s = _sync.start_and_wait_parked(self.ctrl, mask, _STEP, spin, chunk, tail, runtimes,
+                                                self.waits.park_spin_s())
         self._parked_this_step = True
         self.openmp.count_parked_step(exit_s)
-        return busy < 0
 
     def tail_spin_s(self) -> float:
         """How long the caller spins for the last workers once a core has come free, before

@@ -105,6 +105,9 @@ cdef class StepDriver:
         cdef double tail
         cdef tuple local = None
         cdef bint spun = False
+        # (the vector env calls this only with no step out: one this driver sent and left
+        # pending was finished since, by step_wait)
+        self.pending = False
         if ctrl_arr is None:
             return False
         ctrl = _sync.ctrl_words(ctrl_arr, &workers)

@@ -330,13 +330,11 @@ def start_and_wait_parked(cnp.ndarray ctrl not None, cnp.ndarray mask not None, 
     Raises:
         RuntimeError: a worker in ``mask`` is still busy with its previous command (nothing sent).
     """
-    cdef Py_ssize_t workers, w
+    cdef Py_ssize_t workers
     cdef uint32_t *base = ctrl_words(ctrl, &workers)
     cdef const uint8_t *active = mask_bytes(mask, workers, "mask")
     cdef _AllDone wait
-    for w in range(workers):
-        if active[w] and not _is_done(_row(base, w)):
-            raise RuntimeError(f"worker {w} is still busy with its previous command")
+    _check_idle(base, active, workers)
     if command == 0:
         raise ValueError("command must be a Command (not 0)")
     wait.ctrl, wait.mask, wait.workers, wait.command = base, active, workers, command
@@ -354,14 +352,11 @@ def wait_all_done_parked(cnp.ndarray ctrl not None, cnp.ndarray active not None,
     Returns (what :func:`wait_all_done` returns, how long the regions took to end once the
     wait was over, in seconds).
     """
-    cdef Py_ssize_t workers, w
+    cdef Py_ssize_t workers
     cdef uint32_t *base = ctrl_words(ctrl, &workers)
     cdef const uint8_t *mask = mask_bytes(active, workers, "active")
     cdef _AllDone wait
-    for w in range(workers):  # the common case: nothing to wait for, no region
-        if mask[w] and not _is_done(_row(base, w)):
-            break
-    else:
+    if _first_busy(base, mask, workers) < 0:  # the common case: nothing to wait for, no region
         return -1, 0.0
     wait.ctrl, wait.mask, wait.workers, wait.command = base, mask, workers, 0
     wait.spin_s, wait.tail_spin_s, wait.timeout_s, wait.busy = spin_s, tail_spin_s, timeout_s, -1
@@ -464,11 +459,16 @@ cdef int start_commands(uint32_t *ctrl, const uint8_t *mask, Py_ssize_t workers,
     A worker woken on the caller's CPU takes that CPU at once (the scheduler favours a
     task that slept), and the caller would hand out the rest only once it got the CPU back,
     after that worker's whole step: the steps would run one after the other."""
-    cdef Py_ssize_t w
-    for w in range(workers):
-        if mask[w] and not _is_done(_row(ctrl, w)):
-            raise RuntimeError(f"worker {w} is still busy with its previous command")
+    _check_idle(ctrl, mask, workers)
     _start_commands(ctrl, mask, workers, command)
+    return 0
+
+
+cdef int _check_idle(uint32_t *ctrl, const uint8_t *mask, Py_ssize_t workers) except -1:
+    """RuntimeError naming the first worker in ``mask`` still busy with its last command."""
+    cdef int w = _first_busy(ctrl, mask, workers)
+    if w >= 0:
+        raise RuntimeError(f"worker {w} is still busy with its previous command")
     return 0
 
 

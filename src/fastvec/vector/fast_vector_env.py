@@ -24,7 +24,6 @@ from fastvec.vector._arguments import (check_failure_arguments, check_no_ended_e
                                        checked_batch_size, checked_count, checked_step_timeout, seeds_per_env,
                                        split_reset_options)
 from fastvec.vector._pool import WorkerPool, usable_cpus
-from fastvec.vector._protocol import Word
 from fastvec.vector._batch_tree import copy_batch, put_rows
 from fastvec.vector._staging import Staging, layouts
 from fastvec.vector._stats import summarize
@@ -37,7 +36,6 @@ __all__ = ["FastVectorEnv"]
 
 # Module aliases of the members the per-step path reads (as in fastvec.vector._protocol).
 _DEFAULT, _WAITING_RESET, _WAITING_STEP = CallState.DEFAULT, CallState.WAITING_RESET, CallState.WAITING_STEP
-_CMD_SEQ = int(Word.CMD_SEQ)
 
 
 class _SpacesDiffer(RuntimeError):
@@ -512,14 +510,11 @@ class FastVectorEnv(WorkerVectorEnv):
                 and not (self._async_used and self._inflight.any())):
             # The compiled common case. While the step is out the state is step_async's, so
             # that an interrupted wait can be finished by step_wait, as in the general path.
-            # (driver.pending is still True here if the last compiled step was interrupted and
-            # then finished by the general path: its commands' sequence numbers then tell.)
-            seqs = self._command_seqs() if driver.pending else None
             self._state, self._pending = _WAITING_STEP, self._pool.remote_mask
             try:
                 done = driver.step(actions)
             except BaseException as exc:
-                if driver.pending and (seqs is None or self._closed_or_sent_since(seqs)):
+                if driver.pending:  # (this step was sent)
                     if isinstance(exc, KeyboardInterrupt):
                         self._interrupted = True  # (the step is out: the next command finishes it)
                 else:  # (nothing was sent)
@@ -669,17 +664,6 @@ class FastVectorEnv(WorkerVectorEnv):
             logger.warn(f"`{caller}` first finished the `{state.value}` that a KeyboardInterrupt interrupted and "
                         f"dropped its results (call `{state.value}_wait()` after the interrupt to get them){ended}")
         return state, out
-
-    def _command_seqs(self) -> np.ndarray | None:
-        """Every worker's command sequence number (None: the vector env is closed)."""
-        ctrl = self._pool.ctrl
-        return None if ctrl is None or self._pool.closed else ctrl[:-1, _CMD_SEQ].copy()  # (not the shared row)
-
-    def _closed_or_sent_since(self, seqs: np.ndarray | None) -> bool:
-        """Whether a command went out to some worker since :meth:`_command_seqs` gave ``seqs``
-        (True once the vector env is closed: nothing is left to finish then)."""
-        now = self._command_seqs()
-        return seqs is None or now is None or not np.array_equal(now, seqs)
 
     # -- reset ------------------------------------------------------------------------------
     def reset_async(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
