@@ -8,7 +8,7 @@ are read with :mod:`ast`; the import statements of Cython modules (``.pyx``) are
 way, one statement at a time (``cimport`` declares C names at build time and is left out).
 
 A package counts as the module its ``__init__`` is: ``from fastvec.vector import FastVectorEnv``
-leads to ``fastvec.vector``, ``from fastvec.vector import _backends`` to the submodule. Importing a
+leads to ``fastvec.vector``, ``from fastvec.vector import backend_choice`` to the submodule. Importing a
 submodule also runs its packages' ``__init__``, but that is Python's doing, not an edge.
 """
 from __future__ import annotations
@@ -133,8 +133,8 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_graph_is_read():
     graph = import_graph()
     assert "fastvec.vector.fast_vector_env" in graph["fastvec.vector"]
-    assert "fastvec.vector._protocol" in graph["fastvec.vector._step_driver"]  # a .pyx
-    assert "fastvec.vector._backends" in graph["fastvec.ray._shard"]
+    assert "fastvec.vector._block.protocol" in graph["fastvec.vector._caller.compiled_step"]  # a .pyx
+    assert "fastvec.vector._caller.backend_choice" in graph["fastvec.ray._shard"]
 
 
 def test_fastvec_imports_run_one_way():

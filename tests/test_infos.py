@@ -193,7 +193,7 @@ def test_numpy_scalars_are_copied_from_their_object_header():
     """The writer copies a NumPy scalar's value from right after its object header (NumPy's
     public scalar structs) once a probe has shown the layout; the parity tests above check
     the values. Here: the probe accepts the dtypes envs return, so the fast copy is used."""
-    from fastvec.vector._info_rows import value_at_header
+    from fastvec.vector._infos.kernels import value_at_header
 
     for dtype in (np.float64, np.float32, np.int64, np.int32, np.uint8, np.bool_, np.float16, np.complex128):
         assert value_at_header(np.dtype(dtype)), dtype

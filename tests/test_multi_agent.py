@@ -268,7 +268,7 @@ class _EndsOnFirstStep:
     (("both", "truncated"), (True, False)),
 ])
 def test_an_env_ends_truncated_only_when_every_agent_that_reported_was_truncated(ends, flags):
-    from fastvec.vector._agent_rows import AgentRows
+    from fastvec.vector._worker.agent_rows import AgentRows
 
     env = AgentRows(functools.partial(_EndsOnFirstStep, ends))
     env.reset(seed=0)
@@ -281,7 +281,7 @@ def test_an_env_ends_truncated_only_when_every_agent_that_reported_was_truncated
 
 
 def test_observations_are_written_into_the_row_handed_over_except_on_a_step_that_ends():
-    from fastvec.vector._agent_rows import AgentRows
+    from fastvec.vector._worker.agent_rows import AgentRows
 
     env = AgentRows(Arena)
     row = np.full((3, 3), 7.0, np.float32)

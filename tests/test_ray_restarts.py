@@ -23,7 +23,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv  # noqa: E402
 
 from fastvec import WorkerDiedError  # noqa: E402
 from fastvec.ray import RayVectorEnv  # noqa: E402
-from fastvec.vector._restarts import derived_seed  # noqa: E402
+from fastvec.vector._block.restarts import derived_seed  # noqa: E402
 from helpers import assert_processes_gone  # noqa: E402
 from toy_envs import FlakyEnv  # noqa: E402
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fastvec import FastVectorEnv, MultiAgentVectorEnv, NativeVectorEnv
-from fastvec.vector import _backends
+from fastvec.vector._caller import backend_choice
 
 REFERENCE = Path(__file__).resolve().parent.parent / "docs" / "reference.md"
 
@@ -55,13 +55,13 @@ def test_every_constructor_keyword_is_in_the_reference(cls):
 def test_every_make_vec_vector_kwargs_key_is_in_the_reference():
     from fastvec.registration import _RAY_OWN_ARGUMENTS
 
-    keys = (_backends.keywords(FastVectorEnv, exclude=("env_fns",)) | set(_backends.NATIVE_VECTOR_KWARGS)
+    keys = (backend_choice.keywords(FastVectorEnv, exclude=("env_fns",)) | set(backend_choice.NATIVE_VECTOR_KWARGS)
             | {"native", "backend"})
     try:
         from fastvec.ray import RayVectorEnv
     except ImportError:  # (Ray is optional: without it, its keys go unchecked)
         pass
     else:
-        keys |= _backends.keywords(RayVectorEnv, exclude=_RAY_OWN_ARGUMENTS)
+        keys |= backend_choice.keywords(RayVectorEnv, exclude=_RAY_OWN_ARGUMENTS)
     missing = sorted(keys - _documented(_section("`gym.make_vec(")))
     assert not missing, f"docs/reference.md's make_vec section does not list the vector_kwargs {missing}"

@@ -457,10 +457,10 @@ def test_a_worker_that_dies_between_its_done_flag_and_its_reply(tmp_path, worker
     """A worker that marks its step done with a reply to come on its pipe, then dies before
     sending it (killed in between), is restarted once, and the step reports it. (The workers
     are forks of this process: the first one to send a step's reply dies instead.)"""
-    from fastvec.vector import _worker
+    from fastvec.vector._worker import process
 
     marker, armed = str(tmp_path / "died"), tmp_path / "armed"
-    send = _worker._protocol.send
+    send = process.protocol.send
 
     def send_or_die(conn, obj):
         if armed.exists() and isinstance(obj, tuple) and len(obj) == 3 and not isinstance(obj[0], str):
@@ -472,7 +472,7 @@ def test_a_worker_that_dies_between_its_done_flag_and_its_reply(tmp_path, worker
                 os._exit(5)
         return send(conn, obj)
 
-    monkeypatch.setattr(_worker._protocol, "send", send_or_die)
+    monkeypatch.setattr(process.protocol, "send", send_or_die)
     envs, pids = workers_seen
     env = FastVectorEnv([lambda: _NotedEnv() for _ in range(NUM_ENVS)], num_workers=2, env_failure="restart",
                         context="fork")

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from fastvec import FastVectorEnv
-from fastvec.vector import _advice
-from fastvec.vector._advice import slow_settings
+from fastvec.vector._caller import slow_settings as slow_settings_module
+from fastvec.vector._caller.slow_settings import slow_settings
 from helpers import TwoCoreCompute
 
 _QUIET = dict(pin_workers=None, release_openmp_threads=True, gnu_runtimes=["/x/libgomp.so.1"], llvm_runtimes=[],
@@ -55,7 +55,7 @@ class _QuietEnv(gym.Env):
 
 
 def _pin_warnings(pin_workers, busy: bool, monkeypatch) -> list[str]:
-    monkeypatch.setattr(_advice, "_warned", set())
+    monkeypatch.setattr(slow_settings_module, "_warned", set())
     compute = TwoCoreCompute() if busy else None
     try:
         with warnings.catch_warnings(record=True) as caught:

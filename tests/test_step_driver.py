@@ -1,4 +1,4 @@
-"""FastVectorEnv.step's compiled common case (fastvec.vector._step_driver) against SyncVectorEnv.
+"""FastVectorEnv.step's compiled common case (fastvec.vector._caller.compiled_step) against SyncVectorEnv.
 
 The common case (one ndarray of actions in the dtype the workers already read) must take the
 compiled path, every other step the general one, and both must give SyncVectorEnv's results.
@@ -272,7 +272,7 @@ def test_the_compiled_step_spins_for_a_worker_a_little_later_than_the_callers_sh
 def test_a_worker_later_than_the_spin_is_waited_for_without_a_second_spin(monkeypatch):
     """When a worker is still busy after the compiled step's spin, WorkerPool.wait takes over
     and blocks after the shortest spin: the tail spin is not spun twice."""
-    from fastvec.vector import _pool
+    from fastvec.vector._caller import pool
 
     # The worker's env sleeps 5 ms a step, the caller's not at all: the tail spin (about half
     # a step) always runs out first.
@@ -284,13 +284,13 @@ def test_a_worker_later_than_the_spin_is_waited_for_without_a_second_spin(monkey
         for t in range(5):
             assert_same(ref.step(actions), env.step(actions), f"step {t}")
         spins = []
-        original = _pool._sync.wait_all_done
+        original = pool.handoff.wait_all_done
 
         def recorded(ctrl, pending, spin_s, timeout_s, tail_spin_s=0.0):
             spins.append((spin_s, tail_spin_s))
             return original(ctrl, pending, spin_s, timeout_s, tail_spin_s)
 
-        monkeypatch.setattr(_pool._sync, "wait_all_done", recorded)
+        monkeypatch.setattr(pool.handoff, "wait_all_done", recorded)
         for t in range(5, 10):
             assert_same(ref.step(actions), env.step(actions), f"step {t}")
         assert spins and all(s == pytest.approx((20e-6, 0.0)) for s in spins), spins

@@ -1,7 +1,7 @@
-"""A worker's compiled command loop (fastvec.vector._step_server.StepServer), driven from a thread.
+"""A worker's compiled command loop (fastvec.vector._worker.command_loop.StepServer), driven from a thread.
 
 The thread plays the worker; the test plays the caller, through the same control words
-(fastvec.vector._sync) as FastVectorEnv. Every FastVectorEnv test runs its workers' steps
+(fastvec.vector._block.handoff) as FastVectorEnv. Every FastVectorEnv test runs its workers' steps
 through it too; these check its contract piece by piece.
 """
 from __future__ import annotations
@@ -11,9 +11,9 @@ import threading
 import numpy as np
 import pytest
 
-from fastvec.vector import _sync
-from fastvec.vector._protocol import Command, Status
-from fastvec.vector._step_server import StepServer
+from fastvec.vector._block import handoff
+from fastvec.vector._block.protocol import Command, Status
+from fastvec.vector._worker.command_loop import StepServer
 
 
 class FakeLoop:
@@ -62,9 +62,9 @@ class Caller:
 
     def command(self, command):
         """Hand the worker a command and wait until it is done or the server has returned."""
-        seq = _sync.send_command(self.ctrl, 0, command)
+        seq = handoff.send_command(self.ctrl, 0, command)
         for _ in range(1000):
-            if _sync.is_done(self.ctrl, 0) or not self.thread.is_alive():
+            if handoff.is_done(self.ctrl, 0) or not self.thread.is_alive():
                 break
             self.thread.join(0.005)
         return seq
@@ -82,12 +82,12 @@ def test_plain_steps_run_in_the_server_the_rest_returns_to_python():
     for value, status in ((1.0, Status.OK), (2.0, Status.INFOS)):
         caller.slab[:] = value
         caller.command(Command.STEP)
-        assert _sync.is_done(caller.ctrl, 0)
-        assert _sync.status(caller.ctrl, 0) == status
+        assert handoff.is_done(caller.ctrl, 0)
+        assert handoff.status(caller.ctrl, 0) == status
     caller.slab[:] = 3.0
     seq = caller.command(Command.STEP)  # quiet_status -1: something for the pipe
     assert caller.join() == ("returned", (seq, Command.STEP, True))
-    assert not _sync.is_done(caller.ctrl, 0)  # (Python finishes it)
+    assert not handoff.is_done(caller.ctrl, 0)  # (Python finishes it)
     assert [a.tolist() for a in loop.actions] == [[[v] * 3] * 2 for v in (1.0, 2.0, 3.0)]
     # Each step's rows are a private copy: the caller writes the next step's into the slab.
     assert not any(np.shares_memory(a, caller.slab) for a in loop.actions)
@@ -97,12 +97,12 @@ def test_plain_steps_run_in_the_server_the_rest_returns_to_python():
 def test_other_commands_return_to_python_untouched():
     loop = FakeLoop([])
     caller = Caller(loop, np.zeros((2, 3), np.float32))
-    _sync.finish_command(caller.ctrl, 0, 0, 0)
+    handoff.finish_command(caller.ctrl, 0, 0, 0)
     for command in (Command.PIPE, Command.STEP_PIPE, Command.CLOSE):
         caller.start()
         seq = caller.command(command)
         assert caller.join() == ("returned", (seq, command, False))
-        _sync.finish_command(caller.ctrl, 0, seq, Status.OK)
+        handoff.finish_command(caller.ctrl, 0, seq, Status.OK)
     assert loop.actions == []
 
 
@@ -141,7 +141,7 @@ def test_an_env_error_propagates_with_the_command_taken():
     kind, exc = caller.join()
     assert kind == "raised" and isinstance(exc, RuntimeError) and "step 2" in str(exc)
     assert caller.server.stepping and caller.server.seq == seq
-    assert not _sync.is_done(caller.ctrl, 0)  # (Python reports it and finishes the command)
+    assert not handoff.is_done(caller.ctrl, 0)  # (Python reports it and finishes the command)
 
 
 def test_no_command_returns_none_after_the_timeout():

@@ -1,4 +1,4 @@
-"""The Cython flag/copy primitives of fastvec/vector/_sync.pyx against plain NumPy / Python."""
+"""The Cython flag/copy primitives of fastvec/vector/handoff.pyx against plain NumPy / Python."""
 from __future__ import annotations
 
 import threading
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastvec.vector import _sync
+from fastvec.vector._block import handoff
 
 DTYPES = [np.float32, np.float64, np.uint8, np.int64, np.bool_, np.int8]
 
@@ -21,7 +21,7 @@ def test_stack_rows_equals_np_stack(n, shape, dtype, seed):
     rng = np.random.default_rng(seed)
     rows = [rng.integers(0, 2, size=shape).astype(dtype) for _ in range(n)]
     out = np.full((n, *shape), 7, dtype=dtype)
-    assert _sync.stack_rows(rows, out)
+    assert handoff.stack_rows(rows, out)
     if n:
         np.testing.assert_array_equal(out, np.stack(rows))
 
@@ -36,7 +36,7 @@ def test_stack_rows_equals_np_stack(n, shape, dtype, seed):
 ])
 def test_stack_rows_declines_and_writes_nothing(rows):
     out = np.full((1, 3), 9, np.float32)
-    assert not _sync.stack_rows(rows, out)
+    assert not handoff.stack_rows(rows, out)
     assert (out == 9).all()
 
 
@@ -49,12 +49,12 @@ def test_command_handshake_across_threads():
     def worker(w):
         seq = 0
         while True:
-            got = _sync.wait_command(ctrl, w, seq, 1e-5, 1.0)
+            got = handoff.wait_command(ctrl, w, seq, 1e-5, 1.0)
             if got is None:
                 continue
             seq, command = got
             done_commands.append((w, command))
-            _sync.finish_command(ctrl, w, seq, 0)
+            handoff.finish_command(ctrl, w, seq, 0)
             if command == 99:
                 return
 
@@ -64,14 +64,14 @@ def test_command_handshake_across_threads():
     active = np.ones(workers, np.uint8)
     for command in (5, 6, 7):
         for w in range(workers):
-            _sync.send_command(ctrl, w, command)
-        assert _sync.wait_all_done(ctrl, active, 1e-5, 5.0) == -1
-    _sync.send_command(ctrl, 1, 8)
+            handoff.send_command(ctrl, w, command)
+        assert handoff.wait_all_done(ctrl, active, 1e-5, 5.0) == -1
+    handoff.send_command(ctrl, 1, 8)
     only_1 = np.array([0, 1, 0], np.uint8)
-    assert _sync.wait_any_done(ctrl, only_1, 0, 1e-5, 5.0) == 1
+    assert handoff.wait_any_done(ctrl, only_1, 0, 1e-5, 5.0) == 1
     for w in range(workers):
-        _sync.wait_all_done(ctrl, active, 1e-5, 5.0)
-        _sync.send_command(ctrl, w, 99)
+        handoff.wait_all_done(ctrl, active, 1e-5, 5.0)
+        handoff.send_command(ctrl, w, 99)
     for t in threads:
         t.join(5)
     assert sorted(c for w, c in done_commands if w == 0) == [5, 6, 7, 99]
@@ -80,20 +80,20 @@ def test_command_handshake_across_threads():
 
 def test_send_command_refuses_a_busy_worker():
     ctrl = np.zeros((2, 16), np.uint32)
-    _sync.send_command(ctrl, 0, 1)
+    handoff.send_command(ctrl, 0, 1)
     with pytest.raises(RuntimeError, match="busy"):
-        _sync.send_command(ctrl, 0, 1)
+        handoff.send_command(ctrl, 0, 1)
     with pytest.raises(IndexError):
-        _sync.send_command(ctrl, 1, 1)
+        handoff.send_command(ctrl, 1, 1)
 
 
 def test_waits_time_out():
     ctrl = np.zeros((2, 16), np.uint32)
     ctrl[0, 0] = 1  # a command the (absent) worker never finishes
     start = time.perf_counter()
-    assert _sync.wait_all_done(ctrl, np.ones(1, np.uint8), 1e-5, 0.05) == 0
-    assert _sync.wait_any_done(ctrl, np.ones(1, np.uint8), 0, 1e-5, 0.05) == -1
-    assert _sync.wait_command(ctrl, 0, 1, 1e-5, 0.05) is None
+    assert handoff.wait_all_done(ctrl, np.ones(1, np.uint8), 1e-5, 0.05) == 0
+    assert handoff.wait_any_done(ctrl, np.ones(1, np.uint8), 0, 1e-5, 0.05) == -1
+    assert handoff.wait_command(ctrl, 0, 1, 1e-5, 0.05) is None
     assert time.perf_counter() - start < 2.0
 
 
@@ -107,15 +107,15 @@ def test_done_status_bits_is_status_bits_once_all_are_done(done, data):
     mask = np.array(data.draw(st.lists(st.booleans(), min_size=workers, max_size=workers)), np.uint8)
     statuses = data.draw(st.lists(st.integers(0, 40), min_size=workers, max_size=workers))
     for w in range(workers):
-        seq = _sync.send_command(ctrl, w, 1)
+        seq = handoff.send_command(ctrl, w, 1)
         if done[w]:
-            _sync.finish_command(ctrl, w, seq, statuses[w])
+            handoff.finish_command(ctrl, w, seq, statuses[w])
     busy = any(mask[w] and not done[w] for w in range(workers))
     expected = 0
     for w in range(workers):
         if mask[w]:
             expected |= 1 << min(statuses[w] if done[w] else 0, 31)
     if busy:
-        assert _sync.done_status_bits(ctrl, mask) == -1
+        assert handoff.done_status_bits(ctrl, mask) == -1
     else:
-        assert _sync.done_status_bits(ctrl, mask) == expected == _sync.status_bits(ctrl, mask)
+        assert handoff.done_status_bits(ctrl, mask) == expected == handoff.status_bits(ctrl, mask)

@@ -16,9 +16,9 @@ import pytest
 
 from fastvec import FastVectorEnv
 from helpers import TwoCoreCompute
-from fastvec.vector import _sync
-from fastvec.vector._protocol import Command, SharedWord, Word
-from fastvec.vector._step_server import StepServer
+from fastvec.vector._block import handoff
+from fastvec.vector._block.protocol import Command, SharedWord, Word
+from fastvec.vector._worker.command_loop import StepServer
 from fastvec.vector._wait.openmp import OpenMPIdleThreads, loaded_runtimes
 from fastvec.vector._wait.policy import MAX_SPIN_S, OTHER_CPU_SPIN_S, RECHECK_EVERY, THINK_WINDOW_S
 
@@ -87,13 +87,13 @@ def test_a_worker_blocks_at_once_while_the_caller_keeps_more_than_one_core_busy(
     told = []
     server = StepServer(ctrl, 0, object(), np.zeros(1, np.uint32), None, 2e-6, MAX_SPIN_S, THINK_WINDOW_S,
                         told.append)
-    _sync.publish_caller_think(ctrl, 0.1 * THINK_WINDOW_S)
+    handoff.publish_caller_think(ctrl, 0.1 * THINK_WINDOW_S)
     assert server.serve(2e-3) is None  # (no command came: the wait timed out)
     assert server.spin > 0 and told == []
-    _sync.publish_caller_think(ctrl, 1.5 * THINK_WINDOW_S)
+    handoff.publish_caller_think(ctrl, 1.5 * THINK_WINDOW_S)
     assert server.serve(2e-3) is None
     assert server.spin == 0 and told == [True]
-    _sync.publish_caller_think(ctrl, 0.1 * THINK_WINDOW_S)
+    handoff.publish_caller_think(ctrl, 0.1 * THINK_WINDOW_S)
     assert server.serve(2e-3) is None
     assert server.spin > 0 and told == [True, False]
 
@@ -154,24 +154,24 @@ def test_the_caller_publishes_the_time_it_keeps_more_than_one_core_busy_between_
         actions = np.zeros(2, dtype=np.int64)
         for _ in range(50):
             env.step(actions)
-        quick = _sync.read_caller_think(env._pool.ctrl)
+        quick = handoff.read_caller_think(env._pool.ctrl)
         compute = TwoCoreCompute()
         try:
             for _ in range(30):
                 env.step(actions)
                 compute(5e-3)
-            busy = _sync.read_caller_think(env._pool.ctrl)
+            busy = handoff.read_caller_think(env._pool.ctrl)
         finally:
             compute.close()
         for _ in range(30):  # (the general path, step_async + step_wait, publishes it too)
             env.step_async(actions)
             env.step_wait()
             time.sleep(2e-3)
-        asleep = _sync.read_caller_think(env._pool.ctrl)
+        asleep = handoff.read_caller_think(env._pool.ctrl)
         for _ in range(30):
             env.step(actions)
             _compute(2e-3)
-        one_core = _sync.read_caller_think(env._pool.ctrl)
+        one_core = handoff.read_caller_think(env._pool.ctrl)
     assert quick < 100e-6, quick
     assert 1e-3 < busy <= 10e-3, busy
     assert asleep < 100e-6, asleep
@@ -180,7 +180,7 @@ def test_the_caller_publishes_the_time_it_keeps_more_than_one_core_busy_between_
 
 # --- idle CPUs: which worker spins, and who is woken first ------------------------------------
 needs_two_cpus = pytest.mark.skipif(
-    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2 or _sync.cpu_now() < 0,
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2 or handoff.cpu_now() < 0,
     reason="needs CPU affinity, 2 CPUs and a way to ask which CPU a thread runs on")
 
 
@@ -206,11 +206,11 @@ def _serve_commands(server, ctrl, apart_s: float, count: int) -> None:
     """Hand the server ``count`` commands, ``apart_s`` after each was done (from a timer
     thread), so that its running gap tends to ``apart_s``."""
     for _ in range(count):
-        sender = threading.Timer(apart_s, _sync.send_command, (ctrl, 0, Command.PIPE))
+        sender = threading.Timer(apart_s, handoff.send_command, (ctrl, 0, Command.PIPE))
         sender.start()
         seq, command, _ = server.serve(1.0)
         sender.join()
-        _sync.finish_command(ctrl, 0, seq, 0)
+        handoff.finish_command(ctrl, 0, seq, 0)
 
 
 @needs_two_cpus
@@ -227,8 +227,8 @@ def test_a_worker_spins_through_longer_gaps_on_another_cpu_than_the_callers_and_
     server = StepServer(ctrl, 0, object(), np.zeros(1, np.uint32), None, spin_s, MAX_SPIN_S, THINK_WINDOW_S,
                         None, OTHER_CPU_SPIN_S)
     with _OnOneCpu() as here:
-        _sync.publish_caller_think(ctrl, 0.0, 0.0)  # (a caller stepping back to back, on one core)
-        assert _sync.read_caller_cpu(ctrl) == here.cpu
+        handoff.publish_caller_think(ctrl, 0.0, 0.0)  # (a caller stepping back to back, on one core)
+        assert handoff.read_caller_cpu(ctrl) == here.cpu
         _serve_commands(server, ctrl, 2e-3, 25)
         assert MAX_SPIN_S < server.gap < OTHER_CPU_SPIN_S, server.gap
         _publish_caller_cpu(ctrl, here.cpu + 1)
@@ -241,11 +241,11 @@ def test_a_worker_spins_through_longer_gaps_on_another_cpu_than_the_callers_and_
 
         _serve_commands(server, ctrl, 1e-4, 40)  # the commands come soon after each other
         assert server.gap < 0.5 * MAX_SPIN_S, server.gap
-        _sync.publish_caller_think(ctrl, 0.0, 0.0)
+        handoff.publish_caller_think(ctrl, 0.0, 0.0)
         assert server.serve(1e-3) is None
         assert server.spin == pytest.approx(2 * server.gap + spin_s)  # back to back: it spins
-        _sync.publish_caller_think(ctrl, 0.0, 2 * THINK_WINDOW_S)
-        assert _sync.read_caller_cpu(ctrl) == here.cpu
+        handoff.publish_caller_think(ctrl, 0.0, 2 * THINK_WINDOW_S)
+        assert handoff.read_caller_cpu(ctrl) == here.cpu
         assert server.serve(1e-3) is None
         assert server.spin == spin_s  # the caller computes here between steps: it does not
 
@@ -261,12 +261,12 @@ def test_the_caller_wakes_a_worker_asleep_on_its_own_cpu_last():
         for w, (asleep, cpu) in enumerate([(1, here.cpu), (1, here.cpu + 1), (0, here.cpu)]):
             ctrl[w, Word.WORKER_SLEEPING] = asleep
             ctrl[w, Word.WORKER_CPU] = cpu + 1
-        assert _sync.sleepers_here_last(ctrl, [0, 1, 2]) == [1, 2, 0]
-        assert _sync.sleepers_here_last(ctrl, [2, 1]) == [2, 1]
+        assert handoff.sleepers_here_last(ctrl, [0, 1, 2]) == [1, 2, 0]
+        assert handoff.sleepers_here_last(ctrl, [2, 1]) == [2, 1]
         ctrl[0, Word.WORKER_SLEEPING] = 0
-        assert _sync.sleepers_here_last(ctrl, [0, 1, 2]) == [0, 1, 2]
+        assert handoff.sleepers_here_last(ctrl, [0, 1, 2]) == [0, 1, 2]
         with pytest.raises(IndexError):
-            _sync.sleepers_here_last(ctrl, [0, 3])
+            handoff.sleepers_here_last(ctrl, [0, 3])
 
 
 @needs_two_cpus

@@ -1,7 +1,7 @@
 """``python -m fastvec.monitor PID``: watch the FastVectorEnvs of a running process from outside.
 
 Every FastVectorEnv made with ``stats=True`` (the default) keeps counters at the start of its
-shared block (:mod:`fastvec.vector._stats`), and its process keeps the block's descriptor open.
+shared block (:mod:`fastvec.vector._block.stats`), and its process keeps the block's descriptor open.
 This monitor finds those blocks in ``/proc/PID/fd`` (Linux; the same user's processes, as for
 ``ps`` or ``py-spy``), maps each read-only, and prints what two readings ``--interval`` seconds
 apart say: env transitions per second, the trainer's share of the time, each worker's
@@ -44,7 +44,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fastvec.vector._stats import HEADER, MAGIC, VERSION, StatsRegion, summarize, words
+from fastvec.vector._block.stats import HEADER, MAGIC, VERSION, StatsRegion, summarize, words
 
 __all__ = ["AttachedBlock", "attach", "job_runs", "readings", "render", "rich_view", "save_png", "main"]
 
@@ -72,7 +72,7 @@ class AttachedBlock:
         return self._region.num_envs
 
     def snapshot(self) -> dict[str, Any]:
-        """Every counter now (see :meth:`fastvec.vector._stats.StatsRegion.snapshot`)."""
+        """Every counter now (see :meth:`fastvec.vector._block.stats.StatsRegion.snapshot`)."""
         return self._region.snapshot()
 
     @property
@@ -172,7 +172,7 @@ def _map(pid: int, fd: int, path: str) -> AttachedBlock | None:
 
 
 def readings(blocks: Sequence[AttachedBlock], interval: float) -> list[dict[str, Any]]:
-    """Each block's :func:`fastvec.vector._stats.summarize` over ``interval`` seconds, with
+    """Each block's :func:`fastvec.vector._block.stats.summarize` over ``interval`` seconds, with
     its ``totals`` since the vector env was made (vector steps, env steps, env resets,
     restarts, pipe messages and bytes)."""
     before = [(time.perf_counter(), block.snapshot()) for block in blocks]

@@ -10,7 +10,7 @@ Gymnasium) is built here; every other mode, and ``None``, goes to Gymnasium's
 own function untouched. Installing the wrap is idempotent; :func:`uninstall`
 restores Gymnasium's function.
 
-Which backend a ``"fastvec"`` call gets (the local choice is :mod:`fastvec.vector._backends`'s):
+Which backend a ``"fastvec"`` call gets (the local choice is :mod:`fastvec.vector._caller.backend_choice`'s):
 
 - :class:`fastvec.NativeVectorEnv` (compiled, in-process) when the id has a native
   implementation, no ``wrappers`` are given, the env kwargs and ``render_mode``
@@ -52,8 +52,8 @@ import gymnasium.envs.registration as _gym_registration
 from gymnasium import Env, Wrapper
 from gymnasium.envs.registration import EnvSpec
 
-from fastvec.vector import _backends
-from fastvec.vector._backends import runs_natively
+from fastvec.vector._caller import backend_choice
+from fastvec.vector._caller.backend_choice import runs_natively
 
 MODE = "fastvec"
 # RayVectorEnv's arguments that make_vec fills itself; its other keywords come from vector_kwargs.
@@ -68,7 +68,7 @@ def _requested_mode(env_id, vectorization_mode) -> Any:
         return env_id.kwargs.get("vectorization_mode", vectorization_mode)
     if isinstance(env_id, str):
         try:
-            return _backends.find_spec(env_id).kwargs.get("vectorization_mode", vectorization_mode)
+            return backend_choice.find_spec(env_id).kwargs.get("vectorization_mode", vectorization_mode)
         except Exception:
             return vectorization_mode  # let Gymnasium raise its own error for bad ids
     return vectorization_mode
@@ -93,7 +93,7 @@ def make_vec(
         TypeError: a ``vector_kwargs`` key that neither backend takes.
         ValueError: ``native=True`` for a call the native backend cannot honour.
     """
-    env_spec, num_envs, vector_kwargs, wrappers, spec_kwargs = _backends.resolve(
+    env_spec, num_envs, vector_kwargs, wrappers, spec_kwargs = backend_choice.resolve(
         id, num_envs, vector_kwargs, wrappers, kwargs)
 
     backend_kwargs = dict(vector_kwargs)
@@ -104,7 +104,7 @@ def make_vec(
         raise ValueError(f"unknown vector_kwargs backend={backend!r} for vectorization_mode='fastvec'; "
                          "expected 'ray' or none (local: NativeVectorEnv or FastVectorEnv)")
     else:
-        env = _backends.make_local(env_spec, num_envs, backend_kwargs, wrappers, spec_kwargs)
+        env = backend_choice.make_local(env_spec, num_envs, backend_kwargs, wrappers, spec_kwargs)
 
     recorded = copy.deepcopy(env_spec)
     recorded.kwargs = spec_kwargs.copy()
@@ -124,8 +124,8 @@ def _make_ray(env_spec: EnvSpec, num_envs: int, backend_kwargs: dict, wrappers: 
     backend chosen in each shard as for a local call)."""
     from fastvec.ray import RayVectorEnv  # Ray is optional: imported when asked for
 
-    ray_kwargs, shard_kwargs = _backends.split_ray_kwargs(
-        backend_kwargs, _backends.keywords(RayVectorEnv, exclude=_RAY_OWN_ARGUMENTS))
+    ray_kwargs, shard_kwargs = backend_choice.split_ray_kwargs(
+        backend_kwargs, backend_choice.keywords(RayVectorEnv, exclude=_RAY_OWN_ARGUMENTS))
     envs = RayVectorEnv(env_spec, num_envs, env_kwargs=spec_kwargs.copy(), wrappers=wrappers,
                         vector_kwargs=shard_kwargs, **ray_kwargs)
     envs.backend_reason = ("RayVectorEnv: vector_kwargs backend='ray' was given (each shard runs "

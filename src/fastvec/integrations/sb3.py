@@ -31,9 +31,9 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     ) from e
 
 from fastvec.integrations._sb3_env_access import ATTRIBUTE, build_env
-from fastvec.vector._arguments import same_value
-from fastvec.vector._batch_tree import copy_batch, put_rows
-from fastvec.vector._worker_vector_env import CallState
+from fastvec.vector._caller.arguments import same_value
+from fastvec.vector._block.batch_tree import copy_batch, put_rows
+from fastvec.vector._caller.worker_vector_env import CallState
 from fastvec.vector.fast_vector_env import FastVectorEnv
 from fastvec.vector.native_vector_env import NativeVectorEnv
 

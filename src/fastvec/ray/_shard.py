@@ -20,13 +20,13 @@ from gymnasium.vector import AutoresetMode
 
 from fastvec.ray._packing import decode_actions, fixed_fields, result_dtype
 from fastvec.spaces import Layout
-from fastvec.vector import _backends
+from fastvec.vector._caller import backend_choice
 from fastvec.vector.fast_vector_env import FastVectorEnv
 
 # Modules the forkserver imports once, so that the workers it forks start with them. The
 # Ray worker's __main__ stays first (multiprocessing's default): a worker whose forkserver
 # had not imported it would import it itself, and with it all of Ray, on every start.
-_FORKSERVER_PRELOAD = ["__main__", "fastvec.vector._worker"]
+_FORKSERVER_PRELOAD = ["__main__", "fastvec.vector._worker.process"]
 
 
 class Failure:
@@ -169,12 +169,12 @@ def _build(source: tuple, n: int, autoreset_mode, vector_kwargs: dict, failure: 
     else:
         _, env_id, env_kwargs, wrappers = source
         wrappers = list(wrappers or [])
-        if _backends.runs_natively(env_id, env_kwargs, wrappers, {**kwargs, "native": native}):
+        if backend_choice.runs_natively(env_id, env_kwargs, wrappers, {**kwargs, "native": native}):
             kwargs.setdefault("num_threads", cpus)
             if native is not None:
                 kwargs["native"] = native  # (native=True that cannot be honoured: make_local says why)
-            return _backends.make_local(*_backends.resolve(env_id, n, kwargs, wrappers, env_kwargs))
-        fns = [_backends.single_env_maker(env_id, env_kwargs, wrappers)] * n
+            return backend_choice.make_local(*backend_choice.resolve(env_id, n, kwargs, wrappers, env_kwargs))
+        fns = [backend_choice.single_env_maker(env_id, env_kwargs, wrappers)] * n
     for key, value in multiprocess.items():
         kwargs.setdefault(key, value)
     kwargs.update(failure or {})

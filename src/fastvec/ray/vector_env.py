@@ -33,11 +33,11 @@ from fastvec.ray._packing import (
 )
 from fastvec.ray._shard import Failure, Shard, shard_ranges
 from fastvec.spaces import Layout
-from fastvec.vector._arguments import (check_failure_arguments, check_no_ended_envs, check_synchronous,
+from fastvec.vector._caller.arguments import (check_failure_arguments, check_no_ended_envs, check_synchronous,
                                        checked_batch_size, checked_count, checked_step_timeout, seeds_per_env,
                                        split_reset_options)
-from fastvec.vector._restarts import Restarts, derived_seed
-from fastvec.vector._worker_vector_env import CallState, WorkerVectorEnv
+from fastvec.vector._block.restarts import Restarts, derived_seed
+from fastvec.vector._caller.worker_vector_env import CallState, WorkerVectorEnv
 
 __all__ = ["RayVectorEnv", "DEFAULT_SHARD_OPTIONS"]
 
@@ -557,7 +557,7 @@ class RayVectorEnv(WorkerVectorEnv):
     def _report_restarts(self, obs, last, infos: dict, env_ids: np.ndarray | None = None):
         """With ``env_failure="restart"``: count the envs the shards' FastVectorEnvs rebuilt
         (from ``infos``), raise once the budget is overdrawn, and mark the envs of the shards
-        started again (see :meth:`fastvec.vector._restarts.Restarts.report`). ``env_ids``:
+        started again (see :meth:`fastvec.vector._block.restarts.Restarts.report`). ``env_ids``:
         the env of each row (default: row k is env k)."""
         restarts = self._restarts
         restarts.learn(infos, env_ids)

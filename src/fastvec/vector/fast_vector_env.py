@@ -1,8 +1,8 @@
 """FastVectorEnv: Python envs in worker processes over one shared-memory block.
 
 This module is the Gymnasium-facing API and its state machine; the processes and the
-hand-offs with them live in :mod:`fastvec.vector._pool`, what crosses the shared block each
-step (actions in; observations, rewards, flags, infos out) in :mod:`fastvec.vector._staging`.
+hand-offs with them live in :mod:`fastvec.vector._caller.pool`, what crosses the shared block each
+step (actions in; observations, rewards, flags, infos out) in :mod:`fastvec.vector._caller.step_io`.
 """
 from __future__ import annotations
 
@@ -20,21 +20,21 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces, batch_space, create_empty_array
 
 from fastvec.errors import AlreadyPendingCallError, NoAsyncCallError
-from fastvec.vector._arguments import (check_failure_arguments, check_no_ended_envs, check_synchronous,
+from fastvec.vector._caller.arguments import (check_failure_arguments, check_no_ended_envs, check_synchronous,
                                        checked_batch_size, checked_count, checked_step_timeout, seeds_per_env,
                                        split_reset_options)
-from fastvec.vector._pool import WorkerPool, usable_cpus
-from fastvec.vector._batch_tree import copy_batch, put_rows
-from fastvec.vector._staging import Staging, layouts
-from fastvec.vector._stats import summarize
-from fastvec.vector._step_driver import StepDriver
+from fastvec.vector._caller.pool import WorkerPool, usable_cpus
+from fastvec.vector._block.batch_tree import copy_batch, put_rows
+from fastvec.vector._caller.step_io import Staging, layouts
+from fastvec.vector._block.stats import summarize
+from fastvec.vector._caller.compiled_step import StepDriver
 from fastvec.vector._wait.policy import WaitSettings
-from fastvec.vector._worker_vector_env import CallState, WorkerVectorEnv
+from fastvec.vector._caller.worker_vector_env import CallState, WorkerVectorEnv
 
 __all__ = ["FastVectorEnv"]
 
 
-# Module aliases of the members the per-step path reads (as in fastvec.vector._protocol).
+# Module aliases of the members the per-step path reads (as in fastvec.vector._block.protocol).
 _DEFAULT, _WAITING_RESET, _WAITING_STEP = CallState.DEFAULT, CallState.WAITING_RESET, CallState.WAITING_STEP
 
 
@@ -306,7 +306,7 @@ class FastVectorEnv(WorkerVectorEnv):
             self._staging = Staging(buffer, obs_layout, act_layout, self.single_observation_space,
                                     self.action_space, self._pool.starts, self._pool.worker_of_env, self.copy)
             self._pool.views.append(weakref.ref(self._staging))
-            # step()'s common case, compiled, where it can apply (see _step_driver); not for
+            # step()'s common case, compiled, where it can apply (see compiled_step); not for
             # a subclass with a step_async or step_wait of its own, which step() must call
             self._driver = None
             if (self._staging.action_slab is not None and self.batch_size == self.num_envs
@@ -444,7 +444,7 @@ class FastVectorEnv(WorkerVectorEnv):
 
     def _count_step(self, start_ns: int, transitions: int) -> None:
         """Add a step (``step``, ``step_async`` + ``step_wait``, or ``recv``) that began at
-        ``start_ns`` to the caller's row of the statistics region (``_protocol.CallerStat``)."""
+        ``start_ns`` to the caller's row of the statistics region (``protocol.CallerStat``)."""
         end = time.perf_counter_ns()
         totals = self._caller_totals
         totals[0] += 1

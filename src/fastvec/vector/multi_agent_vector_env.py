@@ -8,10 +8,10 @@ from gymnasium import logger
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from fastvec.vector._agent_rows import AGENT_INFO_GIVEN, AGENT_INFOS, AgentRows
-from fastvec.vector._arguments import same_value
-from fastvec.vector._batch_tree import row_of
-from fastvec.vector._worker_vector_env import CallState
+from fastvec.vector._worker.agent_rows import AGENT_INFO_GIVEN, AGENT_INFOS, AgentRows
+from fastvec.vector._caller.arguments import same_value
+from fastvec.vector._block.batch_tree import row_of
+from fastvec.vector._caller.worker_vector_env import CallState
 from fastvec.vector.fast_vector_env import FastVectorEnv, _SpacesDiffer
 
 __all__ = ["MultiAgentVectorEnv"]

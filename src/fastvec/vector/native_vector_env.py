@@ -13,7 +13,7 @@ from gymnasium.vector.utils import batch_space
 
 from fastvec.native import RENDER_MODES, Batch, get_native_spec
 from fastvec.native.kit import fv_autoreset
-from fastvec.vector._arguments import seeds_per_env, split_reset_options
+from fastvec.vector._caller.arguments import seeds_per_env, split_reset_options
 
 __all__ = ["NativeVectorEnv"]
 

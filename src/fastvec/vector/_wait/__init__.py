@@ -8,5 +8,5 @@ caller and the workers, and its constants, live in this package:
 - ``fv_omp_park.h`` / ``_omp_park.pyx``: the parked region and the timings it is chosen by.
 
 The waits themselves (the flags, the futex, the wake order) are the hand-off's, in
-``fastvec.vector._sync``; this package decides how long they spin.
+``fastvec.vector._block.handoff``; this package decides how long they spin.
 """

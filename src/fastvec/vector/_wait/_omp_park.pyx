@@ -1,7 +1,7 @@
 """Caller side: time a GNU OpenMP runtime's pause and an empty region of its team (what
 :mod:`fastvec.vector._wait.openmp` measures to choose between releasing and parking), and
 run a callable inside a parallel region whose other threads give up their cores until it
-returns (``fv_omp_park.h``; the vector step parks its compiled wait, ``_sync``, this way; this
+returns (``fv_omp_park.h``; the vector step parks its compiled wait, ``handoff``, this way; this
 Python form is for tests and examples). The runtime's entry points come as addresses
 (``ctypes.cast(lib.GOMP_parallel, ctypes.c_void_p).value``)."""
 from libc.stdint cimport uintptr_t

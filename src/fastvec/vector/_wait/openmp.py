@@ -151,7 +151,7 @@ class OpenMPIdleThreads:
 
     def parked_runtimes(self) -> np.ndarray | None:
         """The entry points (``GOMP_parallel``, ``omp_get_thread_num``) of the runtimes the
-        step's wait should run parked in, for ``_sync.wait_all_done_parked``; None: none."""
+        step's wait should run parked in, for ``handoff.wait_all_done_parked``; None: none."""
         return self._parked
 
     def count_parked_step(self, exit_s: float) -> None:

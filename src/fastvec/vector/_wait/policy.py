@@ -192,7 +192,7 @@ class CallerWaits:
 
     def spins(self, caller_steps_a_share: bool, spun: bool) -> tuple[float, float]:
         """(spin, tail): how long the caller's wait spins before its first worker is done,
-        and after (see ``_sync.wait_all_done``).
+        and after (see ``handoff.wait_all_done``).
 
         Until a first worker is done every core is busy with one, so the wait blocks after
         a short spin; from then on a core is free and it spins for :meth:`tail_spin_s`.

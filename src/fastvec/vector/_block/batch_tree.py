@@ -1,5 +1,5 @@
 """Both sides: batches of observations as trees (arrays, nested in dicts and tuples), copied
-and written row by row: what a restart puts back (:mod:`fastvec.vector._restarts`) and what
+and written row by row: what a restart puts back (:mod:`fastvec.vector._block.restarts`) and what
 SB3's adapter hands out (:mod:`fastvec.integrations.sb3`).
 
 Each function takes the single (one env's) observation space where the caller has it. A

@@ -49,7 +49,7 @@ class WorkerVectorEnv(VectorEnv):
     Example:
         >>> import gymnasium as gym
         >>> from fastvec import FastVectorEnv
-        >>> from fastvec.vector._worker_vector_env import WorkerVectorEnv
+        >>> from fastvec.vector._caller.worker_vector_env import WorkerVectorEnv
         >>> envs = FastVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(4)], num_workers=2)
         >>> isinstance(envs, WorkerVectorEnv)
         True

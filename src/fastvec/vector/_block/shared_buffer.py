@@ -1,10 +1,10 @@
 """Both sides: one shared-memory block per vector env, carved into aligned NumPy views.
 
 The caller lays the block out (:func:`plan`), creates it, and hands it to each
-worker. Sections: the statistics region (:mod:`fastvec.vector._stats`), the control rows, one slab per fixed-size observation leaf
+worker. Sections: the statistics region (:mod:`fastvec.vector._block.stats`), the control rows, one slab per fixed-size observation leaf
 (``[num_envs, *leaf_shape]``) and per action leaf (raw rows, see :func:`plan`),
 rewards (float64), terminations and truncations (bool) as SyncVectorEnv returns
-them, and the info section (see :mod:`fastvec.vector._infos`).
+them, and the info section (see :mod:`fastvec.vector._infos.codec`).
 
 The block has no name anyone could leave behind. It is an anonymous file: a
 ``memfd`` on Linux; elsewhere a POSIX shared-memory object whose name is removed
@@ -28,8 +28,8 @@ from multiprocessing import reduction
 import numpy as np
 
 from fastvec.spaces import Layout
-from fastvec.vector._protocol import Word
-from fastvec.vector._stats import words as stats_words
+from fastvec.vector._block.protocol import Word
+from fastvec.vector._block.stats import words as stats_words
 
 _ALIGN = 64
 

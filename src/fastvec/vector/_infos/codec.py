@@ -20,7 +20,7 @@ by running Gymnasium's ``VectorEnv._add_info`` rules over the signatures instead
 values: which keys appear in which order, which array each gets (dtype and shape from the
 first env that has the key, zeros or ``None`` elsewhere), which masks. Executing a plan
 allocates the arrays and copies each env's values from its row with one ``memcpy`` per key
-(:mod:`fastvec.vector._info_rows`). A value whose kind differs from the array's (a Python int
+(:mod:`fastvec.vector._infos.kernels`). A value whose kind differs from the array's (a Python int
 into a float array, say) is stored by NumPy's own item assignment, as ``_add_info`` does.
 Anything the plan cannot express exactly (an info that is not a dict, a key that is a dict
 in one env and a number in another, a value key that collides with a mask name) falls
@@ -37,7 +37,7 @@ from typing import Any, Sequence
 import numpy as np
 from gymnasium.vector import VectorEnv
 
-from fastvec.vector import _info_rows as _kernel
+from fastvec.vector._infos import kernels as _kernel
 
 __all__ = ["InfoWriter", "InfoAssembler", "InfoBatch", "row_bytes_for"]
 

@@ -20,10 +20,10 @@ from cpython.float cimport PyFloat_AS_DOUBLE
 
 from cpython.dict cimport PyDict_CheckExact, PyDict_Size
 
-from fastvec.vector._info_rows cimport Writer
+from fastvec.vector._infos.kernels cimport Writer
 from fastvec.native.kit cimport FV_DISABLED as DISABLED, FV_NEXT_STEP as NEXT_STEP, FV_SAME_STEP as SAME_STEP
-from fastvec.vector._protocol cimport INFOS, OK
-from fastvec.vector._rows cimport copy_row, fits_row, row_bytes
+from fastvec.vector._block.protocol cimport INFOS, OK
+from fastvec.vector._block.obs_rows cimport copy_row, fits_row, row_bytes
 
 cnp.import_array()
 
@@ -226,7 +226,7 @@ cdef class EnvLoop:
     def count_into(self, cnp.ndarray counts not None):
         """Count each env's steps and resets (autoresets included) into ``counts``: a
         writeable C-contiguous uint64 array of (envs, 2), this loop's rows of the statistics
-        region (``fastvec.vector._stats``)."""
+        region (``fastvec.vector._block.stats``)."""
         cdef Py_ssize_t n = len(self.envs)
         if (cnp.PyArray_TYPE(counts) != cnp.NPY_UINT64 or cnp.PyArray_NDIM(counts) != 2
                 or cnp.PyArray_DIMS(counts)[0] != n or cnp.PyArray_DIMS(counts)[1] != 2

@@ -18,12 +18,12 @@ env. This module imports neither of them.
 
 Example:
     >>> import gymnasium as gym
-    >>> from fastvec.vector import _backends
-    >>> _backends.runs_natively("CartPole-v1"), _backends.runs_natively("CartPole-v1", wrappers=[gym.Wrapper])
+    >>> from fastvec.vector._caller import backend_choice
+    >>> backend_choice.runs_natively("CartPole-v1"), backend_choice.runs_natively("CartPole-v1", wrappers=[gym.Wrapper])
     (True, False)
-    >>> _backends.native_refusal(gym.spec("CartPole-v1"), {}, [], {"num_workers": 2})
+    >>> backend_choice.native_refusal(gym.spec("CartPole-v1"), {}, [], {"num_workers": 2})
     "vector_kwargs ['num_workers'] are for the multiprocess backend"
-    >>> envs = _backends.make_local(*_backends.resolve("CartPole-v1", 2, {"num_workers": 1}, None, {}))
+    >>> envs = backend_choice.make_local(*backend_choice.resolve("CartPole-v1", 2, {"num_workers": 1}, None, {}))
     >>> type(envs).__name__, envs.num_envs
     ('FastVectorEnv', 2)
     >>> envs.backend_reason

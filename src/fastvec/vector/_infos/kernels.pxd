@@ -1,10 +1,10 @@
-# The info writer the env loop (_env_loop.pyx) calls after each env's step or reset.
+# The info writer the env loop (_worker/env_loop.pyx) calls after each env's step or reset.
 cimport numpy as cnp
 from libc.stdint cimport uint8_t, uint32_t
 
 
 cpdef enum InfoKind:
-    # How one info value is stored (fastvec/vector/_infos.py builds the signatures).
+    # How one info value is stored (fastvec/vector/_infos/codec.py builds the signatures).
     FLOAT = 1      # a Python float: 8 bytes, float64
     INT = 2        # a Python int that fits int64: 8 bytes
     BOOL = 3       # a Python bool: 1 byte

@@ -5,7 +5,7 @@ rewards, flags and infos out.
 leaves in the block, the rest on the pipes) and lays the block out; :class:`Staging` then
 writes each step's actions into it and reads each step's results out of it, merging in
 what came on the pipes (observation parts without a fixed-size form, info signatures and
-values: :mod:`fastvec.vector._infos`).
+values: :mod:`fastvec.vector._infos.codec`).
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
 from fastvec.spaces import Layout
 from fastvec.spaces._leaf_kinds import LEAF_SPACES
-from fastvec.vector import _shared_buffer, _sync
-from fastvec.vector._infos import InfoAssembler, row_bytes_for
-from fastvec.vector._shared_buffer import Section, SharedBuffer
+from fastvec.vector._block import handoff, shared_buffer
+from fastvec.vector._infos.codec import InfoAssembler, row_bytes_for
+from fastvec.vector._block.shared_buffer import Section, SharedBuffer
 
 # Gymnasium's own spaces without a fixed-size array form: their values travel on the pipes.
 _PIPED_SPACES = (spaces.Text, spaces.Graph, spaces.Sequence, spaces.OneOf)
@@ -49,7 +49,7 @@ def layouts(observation_space: Space, action_space: Space, num_envs: int, num_wo
         obs_bytes = sum(leaf.nbytes for leaf in obs_layout.leaves if not leaf.is_object)
     else:
         obs_layout, obs_bytes = None, 0
-    sections, size = _shared_buffer.plan(num_envs, num_workers, obs_layout, act_layout, row_bytes_for(obs_bytes))
+    sections, size = shared_buffer.plan(num_envs, num_workers, obs_layout, act_layout, row_bytes_for(obs_bytes))
     return obs_layout, act_layout, sections, size
 
 
@@ -57,7 +57,7 @@ class Staging:
     """The caller's side of the shared block: actions in, results out.
 
     Args:
-        buffer: the block (``_shared_buffer.SharedBuffer``), laid out by :func:`layouts`.
+        buffer: the block (``shared_buffer.SharedBuffer``), laid out by :func:`layouts`.
         obs_layout, act_layout: from :func:`layouts`.
         observation_space / action_space: one env's (``single_*``), and the batched action
             space (``iterate`` over it gives each env its action).
@@ -128,7 +128,7 @@ class Staging:
             count, first = len(rows), None
         self.direct_actions = None
         if self.action_slab is not None and first is not None:
-            code = _sync.write_action_rows(actions, self.action_slab, first, count, self.action_shape)
+            code = handoff.write_action_rows(actions, self.action_slab, first, count, self.action_shape)
             if code:
                 self._codes = (code,)
                 self.direct_actions = actions

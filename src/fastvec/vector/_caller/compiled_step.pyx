@@ -26,12 +26,12 @@ interrupted wait can be finished with ``step_wait``), and the infos are built af
 cimport numpy as cnp
 from libc.stdint cimport int64_t, uint8_t, uint32_t
 
-from fastvec.vector cimport _sync
-from fastvec.vector._protocol cimport INFOS, STEP
+from fastvec.vector._block cimport handoff
+from fastvec.vector._block.protocol cimport INFOS, STEP
 
 import time
 
-from fastvec.vector._protocol import QUIET_BITS
+from fastvec.vector._block.protocol import QUIET_BITS
 
 cnp.import_array()
 
@@ -110,9 +110,9 @@ cdef class StepDriver:
         self.pending = False
         if ctrl_arr is None:
             return False
-        ctrl = _sync.ctrl_words(ctrl_arr, &workers)
-        remote = _sync.mask_bytes(self.remote_mask, workers, "remote_mask")
-        code = _sync.action_rows(actions, self.act_slab, 0, self.num_envs, self.act_shape)
+        ctrl = handoff.ctrl_words(ctrl_arr, &workers)
+        remote = handoff.mask_bytes(self.remote_mask, workers, "remote_mask")
+        code = handoff.action_rows(actions, self.act_slab, 0, self.num_envs, self.act_shape)
         if code == 0:
             return False
         # Every worker must already read the action rows in this dtype (else the general
@@ -134,7 +134,7 @@ cdef class StepDriver:
             self.pending = True
             pool.start_parked_step(self.remote_mask, parked)
         else:
-            _sync.start_commands(ctrl, remote, workers, STEP)
+            handoff.start_commands(ctrl, remote, workers, STEP)
             self.pending = True
         if self.local is not None:
             # The caller's own share, with its rows of ``actions`` (SyncVectorEnv's views); its
@@ -145,14 +145,14 @@ cdef class StepDriver:
             if self.ctrl is None:  # the caller's envs closed the vector env
                 self.pending = False
                 return False
-        bits = _sync.done_status(ctrl, remote, workers)
+        bits = handoff.done_status(ctrl, remote, workers)
         if bits < 0 and local is not None:
             # A worker is still busy, and the caller's core is free: spin for it here, as
             # WorkerPool.wait would (for up to its tail spin), so that no Python runs
             # between the last worker's answer and the results.
             tail = pool.tail_spin_s()
             with nogil:
-                bits = _sync.spin_done_status(ctrl, remote, workers, tail)
+                bits = handoff.spin_done_status(ctrl, remote, workers, tail)
             spun = True
         if bits >= 0 and not (bits & ~_QUIET_BITS) and (local is None or local[1] is None):
             # every worker is done and nothing is on a pipe: the common case

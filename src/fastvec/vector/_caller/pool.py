@@ -1,11 +1,11 @@
 """Caller side: the workers of a FastVectorEnv and the waits for them.
 
-:class:`WorkerPool` holds the workers (a :class:`~fastvec.vector._remote_worker.RemoteWorker`
+:class:`WorkerPool` holds the workers (a :class:`~fastvec.vector._caller.remote_worker.RemoteWorker`
 per process, and with ``step_in_caller=True`` the caller's own share first, a
-:class:`~fastvec.vector._caller_share.CallerShare` with the same commands), runs the
+:class:`~fastvec.vector._caller.caller_share.CallerShare` with the same commands), runs the
 handshake (the envs' spaces, then the shared block), hands out commands, waits for them
-(:mod:`fastvec.vector._sync`), reads what each worker left beside its results, and raises
-every fault in the caller (:mod:`fastvec.vector._worker_faults` says how).
+(:mod:`fastvec.vector._block.handoff`), reads what each worker left beside its results, and raises
+every fault in the caller (:mod:`fastvec.vector._caller.worker_faults` says how).
 """
 from __future__ import annotations
 
@@ -22,23 +22,23 @@ from gymnasium.vector.utils import clear_mpi_env_vars
 
 from fastvec.errors import WorkerDiedError, annotate
 from fastvec.spaces import Layout
-from fastvec.vector import _protocol, _sync
-from fastvec.vector._advice import warn_slow_settings_once
-from fastvec.vector._caller_share import CallerShare
-from fastvec.vector._protocol import CMD_STEP as _STEP
-from fastvec.vector._protocol import LIVENESS_INTERVAL, QUIET_BITS, Word
-from fastvec.vector._protocol import STATUS_CALL_ERROR as _CALL_ERROR
-from fastvec.vector._protocol import STATUS_INFOS as _INFOS
-from fastvec.vector._protocol import STATUS_MESSAGE as _MESSAGE
-from fastvec.vector._protocol import STATUS_OK as _OK
-from fastvec.vector._remote_worker import RemoteWorker, end_workers, usable_cpus
-from fastvec.vector._restarts import Restarts
-from fastvec.vector._shared_buffer import Section, SharedBuffer
-from fastvec.vector._stats import StatsRegion
+from fastvec.vector._block import handoff, protocol
+from fastvec.vector._caller.slow_settings import warn_slow_settings_once
+from fastvec.vector._caller.caller_share import CallerShare
+from fastvec.vector._block.protocol import CMD_STEP as _STEP
+from fastvec.vector._block.protocol import LIVENESS_INTERVAL, QUIET_BITS, Word
+from fastvec.vector._block.protocol import STATUS_CALL_ERROR as _CALL_ERROR
+from fastvec.vector._block.protocol import STATUS_INFOS as _INFOS
+from fastvec.vector._block.protocol import STATUS_MESSAGE as _MESSAGE
+from fastvec.vector._block.protocol import STATUS_OK as _OK
+from fastvec.vector._caller.remote_worker import RemoteWorker, end_workers, usable_cpus
+from fastvec.vector._block.restarts import Restarts
+from fastvec.vector._block.shared_buffer import Section, SharedBuffer
+from fastvec.vector._block.stats import StatsRegion
 from fastvec.vector._wait.openmp import OpenMPIdleThreads
 from fastvec.vector._wait.policy import MAX_THINK_S, MIN_THINK_FOR_RELEASE_S, THINK_WINDOW_S, CallerWaits, WaitSettings
-from fastvec.vector._worker import REBUILD_PHASE, _Worker, enforces_reset_order
-from fastvec.vector._worker_faults import (RecoverableError, in_caller, log_failed_workers, remote_exception,
+from fastvec.vector._worker.process import REBUILD_PHASE, _Worker, enforces_reset_order
+from fastvec.vector._caller.worker_faults import (RecoverableError, in_caller, log_failed_workers, remote_exception,
                                           start_method_hint, worker_died)
 
 __all__ = ["WorkerPool", "usable_cpus"]
@@ -97,7 +97,7 @@ class WorkerPool:
         #: the caller's idle OpenMP threads, kept off the workers' cores during a step (None:
         #: left alone, as the policy says: see WaitSettings)
         self.openmp = OpenMPIdleThreads(park=waits.park) if waits.openmp else None
-        # Checked for settings bound to be slow once the caller is first seen busy (_advice)
+        # Checked for settings bound to be slow once the caller is first seen busy (slow_settings)
         self._settings = {"pin_workers": pin_workers, "release_openmp_threads": release_openmp_threads}
         # The caller's time between a step's results and its next step while it keeps more
         # than one core busy, a running mean published to the workers (see step_started);
@@ -195,7 +195,7 @@ class WorkerPool:
             self.views.append(weakref.ref(self.stats))  # (released at shutdown)
         self._attach_message = ("attach", sections, size, obs_layout, act_layout)
         for worker in self._remote:
-            _protocol.send(worker.pipe, self._attach_message)
+            protocol.send(worker.pipe, self._attach_message)
             buffer.send(worker.pipe, worker.pid)
         for w in self.remote_workers:
             message = self.recv(w)
@@ -205,7 +205,7 @@ class WorkerPool:
             buffer.release_fd()  # every worker has mapped it: from now on only mappings keep it
         self.ctrl = buffer["ctrl"]
         if self.restarts is not None:
-            _sync.publish_restarts_left(self.ctrl, min(self.max_restarts, 2**32 - 1))
+            handoff.publish_restarts_left(self.ctrl, min(self.max_restarts, 2**32 - 1))
         for worker in self._remote:
             worker.ctrl, worker.stats = self.ctrl, self.stats
         if self.restarts is not None:
@@ -254,7 +254,7 @@ class WorkerPool:
         self.step_started(time.perf_counter(), workers, lockstep)
         self._sent_at[workers] = self._step_sent
         all_workers = self.workers
-        workers = _sync.sleepers_here_last(self.ctrl, list(workers))
+        workers = handoff.sleepers_here_last(self.ctrl, list(workers))
         if per_env is None:
             for w in workers:
                 all_workers[w].start_step(actions=direct)
@@ -292,10 +292,10 @@ class WorkerPool:
             if pending is not self.remote_mask and pending[0]:
                 pending = pending.copy()
                 pending[0] = 0
-        bits = _sync.done_status_bits(self.ctrl, pending)
+        bits = handoff.done_status_bits(self.ctrl, pending)
         if bits < 0:  # (else all were done already: the caller's own share took longest)
             self._wait_until_done(pending, deadline, timeout, caller, spun)
-            bits = _sync.status_bits(self.ctrl, pending)
+            bits = handoff.status_bits(self.ctrl, pending)
         self.record_command_time(started)
         # The caller's own share's outcome is kept until the workers are done, so that a wait
         # interrupted there (Ctrl-C, a timeout) and resumed does not lose it.
@@ -359,7 +359,7 @@ class WorkerPool:
             think = min(wall, MAX_THINK_S) if busy_cores > 1.5 else 0.0
             self._think_mean += 0.25 * (think - self._think_mean)
             self._gap_mean += 0.25 * (min(wall, MAX_THINK_S) - self._gap_mean)
-            _sync.publish_caller_think(self.ctrl, self._think_mean, self._gap_mean)
+            handoff.publish_caller_think(self.ctrl, self._think_mean, self._gap_mean)
             if self._settings is not None and self._think_mean >= THINK_WINDOW_S:
                 warn_slow_settings_once(**self._settings)
                 self._settings = None
@@ -378,14 +378,14 @@ class WorkerPool:
 
     def start_parked_step(self, mask: np.ndarray, runtimes: np.ndarray) -> None:
         """Hand the workers in ``mask`` a step (the actions are in the slabs) and wait for them,
-        both inside the trainer's OpenMP regions ``runtimes`` (``_sync.start_and_wait_parked``),
+        both inside the trainer's OpenMP regions ``runtimes`` (``handoff.start_and_wait_parked``),
         for the wait's first liveness interval at most (or until ``step_timeout``); the rest of
         the wait, if any, is :meth:`wait`'s, unparked. Call right after :meth:`step_started`."""
         spin, tail = self.waits.spins(False, False)
         chunk = LIVENESS_INTERVAL
         if self.step_timeout is not None:
             chunk = max(0.0, min(chunk, self._step_sent + self.step_timeout - time.perf_counter()))
-        _, exit_s = _sync.start_and_wait_parked(self.ctrl, mask, _STEP, spin, chunk, tail, runtimes,
+        _, exit_s = handoff.start_and_wait_parked(self.ctrl, mask, _STEP, spin, chunk, tail, runtimes,
                                                 self.waits.park_spin_s())
         self._parked_this_step = True
         self.openmp.count_parked_step(exit_s)
@@ -415,20 +415,20 @@ class WorkerPool:
             if step_deadline is not None:
                 chunk = max(0.0, min(chunk, step_deadline - time.perf_counter()))
             if parked is not None:
-                busy, exit_s = _sync.wait_all_done_parked(self.ctrl, pending, spin, chunk, tail, parked,
+                busy, exit_s = handoff.wait_all_done_parked(self.ctrl, pending, spin, chunk, tail, parked,
                                                           self.waits.park_spin_s())
                 self.openmp.count_parked_step(exit_s)
                 parked = None
             else:
-                busy = _sync.wait_all_done(self.ctrl, pending, spin, chunk, tail)
+                busy = handoff.wait_all_done(self.ctrl, pending, spin, chunk, tail)
             if busy < 0:
                 return
             for w in np.flatnonzero(pending):
-                if not _sync.is_done(self.ctrl, w):
+                if not handoff.is_done(self.ctrl, w):
                     self.check_alive(int(w))
             if step_deadline is not None and time.perf_counter() >= step_deadline:
                 for w in np.flatnonzero(pending).tolist():
-                    if not _sync.is_done(self.ctrl, w):
+                    if not handoff.is_done(self.ctrl, w):
                         self._step_timed_out(w)
                 continue
             if deadline is not None and time.perf_counter() >= deadline:
@@ -465,14 +465,14 @@ class WorkerPool:
                 # about this interval, not only once the others have all gone quiet)
                 self._next_alive_check = now + LIVENESS_INTERVAL
                 for v in np.flatnonzero(pending).tolist():
-                    if not _sync.is_done(self.ctrl, v):
+                    if not handoff.is_done(self.ctrl, v):
                         self.check_alive(v)
                         if self.step_timeout is not None and now - self._sent_at[v] >= self.step_timeout:
                             self._step_timed_out(v)
             chunk = LIVENESS_INTERVAL if deadline is None else max(0.0, min(LIVENESS_INTERVAL, deadline - now))
             if self.step_timeout is not None:
                 chunk = min(chunk, self.step_timeout)
-            w = _sync.wait_any_done(self.ctrl, pending, first, self.waits.parent_spin_s, chunk)
+            w = handoff.wait_any_done(self.ctrl, pending, first, self.waits.parent_spin_s, chunk)
             if w < 0:
                 for v in np.flatnonzero(pending).tolist():
                     self.check_alive(v)
@@ -497,7 +497,7 @@ class WorkerPool:
         errors = []
         infos_seen = False
         all_workers = self.workers
-        statuses = [(w, _sync.status(self.ctrl, w)) for w in workers]
+        statuses = [(w, handoff.status(self.ctrl, w)) for w in workers]
         for w, status in statuses:  # first every message off its pipe (this may be interrupted) ...
             if status not in (_OK, _INFOS) and not all_workers[w].has_received():
                 try:
@@ -507,7 +507,7 @@ class WorkerPool:
                         self.shutdown(terminate=True)
                         raise WorkerDiedError(f"{str(exc).rstrip('.')}; the vector env is closed.", w) from None
                     self.restart_worker(w, str(exc), "")
-                    statuses = [(v, _sync.status(self.ctrl, w) if v == w else st) for v, st in statuses]
+                    statuses = [(v, handoff.status(self.ctrl, w) if v == w else st) for v, st in statuses]
         for w, status in statuses:  # ... then, with nothing left to block on, sort them
             if status == _OK:  # the common case: nothing on the pipe
                 continue
@@ -523,7 +523,7 @@ class WorkerPool:
                 errors.append((w, message))
         if errors:
             for w in self._raise_remote_errors(errors):  # (returns only if each was restarted)
-                status = _sync.status(self.ctrl, w)  # (what its rebuilt envs' SAME_STEP reset left)
+                status = handoff.status(self.ctrl, w)  # (what its rebuilt envs' SAME_STEP reset left)
                 if status == _MESSAGE:
                     replies.append((w, all_workers[w].take_received()))
                 infos_seen = infos_seen or status == _INFOS
@@ -615,7 +615,7 @@ class WorkerPool:
         restarts = self.restarts
         if restarts is None or not (self._in_step or self._resets_out):
             return False
-        if _sync.take_restart(self.ctrl):
+        if handoff.take_restart(self.ctrl):
             return True
         logger.error(f"FastVectorEnv: max_restarts={self.max_restarts} restarts spent "
                      f"(restarts per env: {restarts.counts.tolist()}); this failure ends the vector env.")
@@ -631,7 +631,7 @@ class WorkerPool:
         """Replace worker ``w``, which failed the step out: end its process, start a new
         one that builds its envs again and maps the block, and leave in the block what the
         step reports for each of its envs (truncated, reward 0; the caller's
-        :class:`~fastvec.vector._restarts.Restarts` adds the last observations and infos).
+        :class:`~fastvec.vector._block.restarts.Restarts` adds the last observations and infos).
         With SAME_STEP autoreset the rebuilt envs are reset at once (with their derived
         seeds), and their first observations and reset infos are what the step returns for
         them (a pipe reply is kept in the worker's ``received`` for :meth:`read_statuses`).
@@ -646,9 +646,9 @@ class WorkerPool:
             new.dispatch("reset", ([None] * len(envs), None, None))  # (None: each env's derived seed)
             only_w = np.zeros(self.num_workers, dtype=np.uint8)
             only_w[w] = 1
-            while _sync.wait_all_done(self.ctrl, only_w, self.waits.parent_spin_s, LIVENESS_INTERVAL, 0.0) >= 0:
+            while handoff.wait_all_done(self.ctrl, only_w, self.waits.parent_spin_s, LIVENESS_INTERVAL, 0.0) >= 0:
                 self.check_alive(w)
-            if _sync.status(self.ctrl, w) not in (_OK, _INFOS):
+            if handoff.status(self.ctrl, w) not in (_OK, _INFOS):
                 reply = self.recv(w)
                 if reply[0] == "error":
                     self.raise_remote(w, reply)
@@ -663,7 +663,7 @@ class WorkerPool:
     def _restart_worker_in_reset(self, w: int, error: str) -> None:
         """Replace worker ``w``, whose process ended during a reset (see :meth:`restart_worker`),
         and send the new one that reset again: all its envs, each with the seed drawn from the
-        one the reset gave it (the caller's :class:`~fastvec.vector._restarts.Restarts` marks
+        one the reset gave it (the caller's :class:`~fastvec.vector._block.restarts.Restarts` marks
         them in the reset's infos). The wait for the reset goes on with the new process."""
         envs = list(range(self.starts[w], self.stops[w]))
         _, options, _ = self._resets_out.pop(w)
@@ -692,7 +692,7 @@ class WorkerPool:
         resets_out, self._resets_out = self._resets_out, {}  # (a failure to start raises)
         for message in (None, self._attach_message):
             if message is not None:
-                _protocol.send(new.pipe, message)
+                protocol.send(new.pipe, message)
                 self._buffers[0].send(new.pipe, new.pid)
             reply = self.recv(w)
             if reply[0] == "error":

@@ -1,5 +1,5 @@
 # cython: boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""Both sides: kernels of fastvec.vector._infos: an env's info values into its row; rows into vector infos.
+"""Both sides: kernels of fastvec.vector._infos.codec: an env's info values into its row; rows into vector infos.
 
 Worker side, :class:`Writer`: after each env step the env loop hands over the dict(s) the
 env adds to the infos. If they have the same keys, in the same order, with values of the

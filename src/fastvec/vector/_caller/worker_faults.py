@@ -4,7 +4,7 @@ An env's own exception comes back with its type, annotated with the env and the 
 (its traceback in the worker as the cause); what cannot be unpickled becomes a
 :class:`~fastvec.errors.WorkerError`; a worker process that ended becomes a
 :class:`~fastvec.errors.WorkerDiedError` that says how it ended. Failed workers are logged
-as AsyncVectorEnv logs them. :class:`~fastvec.vector._pool.WorkerPool` decides when (and
+as AsyncVectorEnv logs them. :class:`~fastvec.vector._caller.pool.WorkerPool` decides when (and
 closes itself first, for the faults that end the vector env).
 """
 from __future__ import annotations

@@ -8,7 +8,7 @@ mid-update (one counter bumped, its neighbour not yet); every word itself is who
 8-byte stores), and counts only grow, so two snapshots a second apart give rates.
 
 Layout, in words (:func:`words`; the word indices are the ``cpdef enum`` members of
-``_protocol.pxd``, which the worker's compiled loop writes through):
+``_block/protocol.pxd``, which the worker's compiled loop writes through):
 
 - ``HEADER`` (8): ``MAGIC``, ``VERSION``, the number of workers and of envs, the caller's pid.
 - the caller's row (8, ``CallerStat``): vector steps, env transitions, the time spent inside
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from fastvec.vector._protocol import CallerStat, StatsLayout, WorkerStat
+from fastvec.vector._block.protocol import CallerStat, StatsLayout, WorkerStat
 
 __all__ = ["MAGIC", "VERSION", "HEADER", "ROW", "HISTOGRAM_BUCKETS", "words", "StatsRegion", "summarize"]
 

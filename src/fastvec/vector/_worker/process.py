@@ -9,7 +9,7 @@ Autoreset follows SyncVectorEnv exactly (the per-env bookkeeping lives here).
 What has no place in the buffer travels on the worker's pipe, in one message
 beside the command's result and only when there is something to send: the
 observation parts without a fixed-size form (object leaves), new info signatures
-and info values that are not numbers (see :mod:`fastvec.vector._infos`).
+and info values that are not numbers (see :mod:`fastvec.vector._infos.codec`).
 """
 from __future__ import annotations
 
@@ -26,21 +26,21 @@ from typing import Any, Callable
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from fastvec.vector import _sync
-from fastvec.vector._env_loop import EnvLoop
-from fastvec.vector import _protocol
-from fastvec.vector._infos import InfoWriter
-from fastvec.vector._protocol import (AUTORESET_CODES, LIVENESS_INTERVAL, RECOVERABLE, Command, Status, Word,
+from fastvec.vector._block import handoff
+from fastvec.vector._worker.env_loop import EnvLoop
+from fastvec.vector._block import protocol
+from fastvec.vector._infos.codec import InfoWriter
+from fastvec.vector._block.protocol import (AUTORESET_CODES, LIVENESS_INTERVAL, RECOVERABLE, Command, Status, Word,
                                       WorkerStat)
-from fastvec.vector._protocol import CMD_STEP as _STEP
-from fastvec.vector._protocol import CMD_STEP_PIPE as _STEP_PIPE
-from fastvec.vector._protocol import STATUS_INFOS as _INFOS
-from fastvec.vector._protocol import STATUS_MESSAGE as _MESSAGE
-from fastvec.vector._protocol import STATUS_OK as _OK
-from fastvec.vector._restarts import RestartState, derived_seed
-from fastvec.vector._shared_buffer import SharedBuffer, receive
-from fastvec.vector._stats import MAGIC, StatsRegion
-from fastvec.vector._step_server import StepServer, step_bucket, watch_parent
+from fastvec.vector._block.protocol import CMD_STEP as _STEP
+from fastvec.vector._block.protocol import CMD_STEP_PIPE as _STEP_PIPE
+from fastvec.vector._block.protocol import STATUS_INFOS as _INFOS
+from fastvec.vector._block.protocol import STATUS_MESSAGE as _MESSAGE
+from fastvec.vector._block.protocol import STATUS_OK as _OK
+from fastvec.vector._block.restarts import RestartState, derived_seed
+from fastvec.vector._block.shared_buffer import SharedBuffer, receive
+from fastvec.vector._block.stats import MAGIC, StatsRegion
+from fastvec.vector._worker.command_loop import StepServer, step_bucket, watch_parent
 from fastvec.vector._wait.policy import WorkerWaits
 
 # The phase an error report names when an env's constructor raised as the env was built
@@ -266,7 +266,7 @@ class _Worker:
         constructor. Returns the seed its first reset uses (from its last seed and restart
         count) and the infos it adds (``env_restarted``, ``env_error``). Raises ``exc`` when
         the budget is spent, or the constructor's own error (marked: not to be retried)."""
-        if not _sync.take_restart(self.ctrl):
+        if not handoff.take_restart(self.ctrl):
             raise exc
         text = f"{type(exc).__qualname__}: {exc} (env {self.first + j})"
         logging.getLogger("fastvec.vector").warning(
@@ -335,7 +335,7 @@ class _Worker:
             return ("all", list(self.last_obs))
         try:
             if layout.is_leaf and not layout.has_objects:
-                if not _sync.stack_rows(self.last_obs, self.obs_slabs[0]):
+                if not handoff.stack_rows(self.last_obs, self.obs_slabs[0]):
                     np.stack(self.last_obs, axis=0, out=self.obs_slabs[0])
                 return None
             per_leaf = zip(*(layout.split(obs) for obs in self.last_obs))
@@ -347,7 +347,7 @@ class _Worker:
                     position += 1
                     continue
                 values = list(values)
-                if not _sync.stack_rows(values, slab):
+                if not handoff.stack_rows(values, slab):
                     np.stack(values, axis=0, out=slab)
         except Exception as exc:
             self._explain_bad_observation(exc)
@@ -489,10 +489,10 @@ def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: 
             for env_fn in env_fns:
                 envs.append(build_env(env_fn, first + len(envs)))
         except BaseException as exc:
-            _protocol.send(pipe, error_report(exc, first + len(envs), "the env constructor"))
+            protocol.send(pipe, error_report(exc, first + len(envs), "the env constructor"))
             return
         first_env = envs[0]
-        _protocol.send(pipe, ("spaces", [(env.observation_space, env.action_space) for env in envs],
+        protocol.send(pipe, ("spaces", [(env.observation_space, env.action_space) for env in envs],
                               dict(first_env.metadata), first_env.render_mode, any(map(enforces_reset_order, envs))))
         message = pipe.recv()
         if message[0] != "attach":
@@ -500,7 +500,7 @@ def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: 
         _, sections, size, obs_layout, act_layout = message
         buffer = SharedBuffer(sections, size, fd=receive(pipe))
         worker = _Worker(index, envs, first, autoreset_mode, buffer, obs_layout, act_layout, restart, env_fns)
-        _protocol.send(pipe, ("ready",))
+        protocol.send(pipe, ("ready",))
         _serve(worker, buffer["ctrl"], pipe, waits, parent_alive, follow_caller)
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the caller went away
@@ -564,7 +564,7 @@ def _serve(worker: _Worker, ctrl: np.ndarray, pipe, waits: WorkerWaits, parent_a
                     else:
                         raise ValueError(f"unknown worker command {name!r}")
                 elif command == Command.CLOSE:
-                    _sync.finish_command(ctrl, index, seq, Status.OK)
+                    handoff.finish_command(ctrl, index, seq, Status.OK)
                     return
                 else:
                     raise ValueError(f"unknown command word {command}")
@@ -573,8 +573,8 @@ def _serve(worker: _Worker, ctrl: np.ndarray, pipe, waits: WorkerWaits, parent_a
                 worker.current_env = worker.env_loop.current
             report = error_report(exc, worker.current_env, REBUILD_PHASE if worker.rebuild_failed else phase)
             recoverable = phase in RECOVERABLE and isinstance(exc, Exception)
-            _sync.finish_command(ctrl, index, server.seq, Status.CALL_ERROR if recoverable else Status.ERROR)
-            _protocol.send(pipe, report)
+            handoff.finish_command(ctrl, index, server.seq, Status.CALL_ERROR if recoverable else Status.ERROR)
+            protocol.send(pipe, report)
             if recoverable:
                 continue
             return
@@ -582,10 +582,10 @@ def _serve(worker: _Worker, ctrl: np.ndarray, pipe, waits: WorkerWaits, parent_a
             if not parent_alive():
                 return
             continue
-        _sync.finish_command(ctrl, index, seq, status)
+        handoff.finish_command(ctrl, index, seq, status)
         if status == _MESSAGE:
-            _protocol.send(pipe, reply)
+            protocol.send(pipe, reply)
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit("fastvec.vector._worker is started by FastVectorEnv, not run directly")
+    sys.exit("fastvec.vector._worker.process is started by FastVectorEnv, not run directly")

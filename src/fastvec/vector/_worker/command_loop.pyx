@@ -15,8 +15,8 @@ env's exception propagates to the Python loop, which reports it as before.
 cimport numpy as cnp
 from libc.stdint cimport uint32_t, uint64_t
 
-from fastvec.vector cimport _sync
-from fastvec.vector._protocol cimport STATS_BUCKETS, STEP, WORKER_COMMANDS, WORKER_STEP_NS, WORKER_WAIT_NS
+from fastvec.vector._block cimport handoff
+from fastvec.vector._block.protocol cimport STATS_BUCKETS, STEP, WORKER_COMMANDS, WORKER_STEP_NS, WORKER_WAIT_NS
 from fastvec.vector._wait._worker_spin cimport caller_computes, command_spin, next_gap
 
 cnp.import_array()
@@ -98,7 +98,7 @@ cdef class StepServer:
     def __init__(self, cnp.ndarray ctrl not None, Py_ssize_t worker, object loop not None,
                  cnp.ndarray action_codes not None, object action_view, double spin_s, double max_spin_s,
                  double think_window_s, object on_caller_busy=None, double other_cpu_spin_s=0.0):
-        self.ctrl = _sync.worker_words(ctrl, worker, &self.workers)
+        self.ctrl = handoff.worker_words(ctrl, worker, &self.workers)
         if (cnp.PyArray_TYPE(action_codes) != cnp.NPY_UINT32 or cnp.PyArray_NDIM(action_codes) != 1
                 or cnp.PyArray_DIMS(action_codes)[0] < 1 or not cnp.PyArray_IS_C_CONTIGUOUS(action_codes)):
             raise ValueError("action_codes must be a contiguous 1-d uint32 array of one code per action leaf")
@@ -121,7 +121,7 @@ cdef class StepServer:
 
     def count_into(self, cnp.ndarray row not None, cnp.ndarray histogram not None):
         """Count the plain steps into ``row`` (this worker's row of the statistics region,
-        see ``fastvec.vector._stats``: commands, their env time, the waits for commands, in
+        see ``fastvec.vector._block.stats``: commands, their env time, the waits for commands, in
         ns) and ``histogram`` (the commands by env time); both contiguous uint64."""
         for arr, name, size in ((row, "row", WORKER_WAIT_NS + 1), (histogram, "histogram", STATS_BUCKETS)):
             if (cnp.PyArray_TYPE(arr) != cnp.NPY_UINT64 or cnp.PyArray_NDIM(arr) != 1
@@ -149,31 +149,31 @@ cdef class StepServer:
             # The spin: fastvec.vector._wait._worker_spin. (The caller measures its own time
             # between steps: a gap measured here would include the wake-ups, and blocking
             # would then feed itself.)
-            busy = caller_computes(_sync.caller_think(self.ctrl, self.workers), self.think_window_s)
+            busy = caller_computes(handoff.caller_think(self.ctrl, self.workers), self.think_window_s)
             if busy != self.caller_busy:
                 self.caller_busy = busy
                 if self.on_caller_busy is not None:
                     self.on_caller_busy(busy)
             if not busy:
                 self.spin = command_spin(self.gap, self.spin_s, self.max_spin_s, self.other_cpu_spin_s,
-                                         self.think_window_s, _sync.current_cpu(),
-                                         _sync.caller_cpu(self.ctrl, self.workers),
-                                         _sync.caller_gap(self.ctrl, self.workers))
+                                         self.think_window_s, handoff.current_cpu(),
+                                         handoff.caller_cpu(self.ctrl, self.workers),
+                                         handoff.caller_gap(self.ctrl, self.workers))
             else:
                 self.spin = 0.0
-            start = _sync.now()
+            start = handoff.now()
             with nogil:
-                got = _sync.await_command(self.ctrl, self.worker, self.seq, self.spin, start + timeout_s)
+                got = handoff.await_command(self.ctrl, self.worker, self.seq, self.spin, start + timeout_s)
             if not got:
                 if self.stats != NULL:
-                    self.stats[<int>WORKER_WAIT_NS] += <uint64_t>((_sync.now() - start) * 1e9)
+                    self.stats[<int>WORKER_WAIT_NS] += <uint64_t>((handoff.now() - start) * 1e9)
                 return None
             self.seq += 1
-            stepped_at = _sync.now()
+            stepped_at = handoff.now()
             if self.stats != NULL:
                 self.stats[<int>WORKER_WAIT_NS] += <uint64_t>((stepped_at - start) * 1e9)
             self.gap = next_gap(self.gap, stepped_at - start, self.other_cpu_spin_s)
-            command = _sync.command_word(self.ctrl, self.worker)
+            command = handoff.command_word(self.ctrl, self.worker)
             if command != STEP or self.action_view is None:
                 return self.seq, command, False
             code = (<uint32_t *>cnp.PyArray_DATA(self.codes_arr))[0]
@@ -189,11 +189,11 @@ cdef class StepServer:
                            else self.view)
             self.stepping = False
             if self.stats != NULL:
-                took = _sync.now() - stepped_at
+                took = handoff.now() - stepped_at
                 self.stats[<int>WORKER_COMMANDS] += 1
                 self.stats[<int>WORKER_STEP_NS] += <uint64_t>(took * 1e9)
                 self.histogram[_bucket(took)] += 1
             status = self.loop.quiet_status()
             if status < 0:
                 return self.seq, command, True
-            _sync.finish(self.ctrl, self.worker, self.workers, self.seq, <uint32_t>status)
+            handoff.finish(self.ctrl, self.worker, self.workers, self.seq, <uint32_t>status)

@@ -3,7 +3,7 @@
 :class:`RemoteWorker` owns the process and the caller's end of its pipe: it starts the
 process, hands it commands (a word in its control row, and a message on the pipe when the
 command has one), keeps a message read off the pipe until the command it answers is over,
-says whether and how the process ended, and ends it. :class:`~fastvec.vector._caller_share.CallerShare`
+says whether and how the process ended, and ends it. :class:`~fastvec.vector._caller.caller_share.CallerShare`
 offers the same commands for the share the caller steps itself.
 """
 from __future__ import annotations
@@ -16,14 +16,14 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from gymnasium.vector.utils import CloudpickleWrapper
 
-from fastvec.vector import _protocol, _sync
-from fastvec.vector._protocol import CMD_PIPE as _PIPE
-from fastvec.vector._protocol import CMD_STEP as _STEP
-from fastvec.vector._protocol import CMD_STEP_PIPE as _STEP_PIPE
-from fastvec.vector._protocol import Command
-from fastvec.vector._stats import StatsRegion
+from fastvec.vector._block import handoff, protocol
+from fastvec.vector._block.protocol import CMD_PIPE as _PIPE
+from fastvec.vector._block.protocol import CMD_STEP as _STEP
+from fastvec.vector._block.protocol import CMD_STEP_PIPE as _STEP_PIPE
+from fastvec.vector._block.protocol import Command
+from fastvec.vector._block.stats import StatsRegion
 from fastvec.vector._wait.policy import WorkerWaits
-from fastvec.vector._worker import worker_main
+from fastvec.vector._worker.process import worker_main
 
 __all__ = ["RemoteWorker", "end_workers", "usable_cpus"]
 
@@ -39,7 +39,7 @@ def usable_cpus() -> set:
 
 
 class RemoteWorker:
-    """Worker ``index``: a process stepping the envs ``[first, stop)`` (see :mod:`fastvec.vector._worker`).
+    """Worker ``index``: a process stepping the envs ``[first, stop)`` (see :mod:`fastvec.vector._worker.process`).
 
     Args:
         ctx: the multiprocessing context that starts it.
@@ -50,7 +50,7 @@ class RemoteWorker:
         cpu: the CPU it is pinned to (None: not pinned); ``follow_caller``: it leaves that
             CPU while the caller keeps more than one core busy (``pin_workers=None``).
         restart: with ``env_failure="restart"``, its envs' seeds and restart counts, and
-            whether it replaces a worker that failed (a :class:`~fastvec.vector._restarts.RestartState`).
+            whether it replaces a worker that failed (a :class:`~fastvec.vector._block.restarts.RestartState`).
 
     Raises:
         TypeError: the constructors cannot be sent to a process of this start method.
@@ -94,24 +94,24 @@ class RemoteWorker:
     # -- commands ---------------------------------------------------------------------------
     def dispatch(self, name: str, payload: tuple) -> None:
         """Start the pipe command ``name`` (reset, call, setattr) with ``payload``."""
-        self._count(_protocol.send(self.pipe, (name, payload)))
-        _sync.send_command(self.ctrl, self.index, _PIPE)
+        self._count(protocol.send(self.pipe, (name, payload)))
+        handoff.send_command(self.ctrl, self.index, _PIPE)
 
     def start_step(self, chunk: list | None = None, actions=None) -> None:
         """Start a step: actions in the shared slabs, or one per env in ``chunk`` on the pipe.
         (``actions``, every env's actions as they went into the slabs, is for CallerShare:
         this worker reads its own rows from the slabs.)"""
         if chunk is None:
-            _sync.send_command(self.ctrl, self.index, _STEP)
+            handoff.send_command(self.ctrl, self.index, _STEP)
         else:
-            self._count(_protocol.send(self.pipe, chunk))
-            _sync.send_command(self.ctrl, self.index, _STEP_PIPE)
+            self._count(protocol.send(self.pipe, chunk))
+            handoff.send_command(self.ctrl, self.index, _STEP_PIPE)
 
     def receive(self) -> Any:
         """The next message on the pipe (there must be one: see ``WorkerPool.recv``)."""
         if self.stats is None:
             return self.pipe.recv()
-        message, size = _protocol.receive(self.pipe)
+        message, size = protocol.receive(self.pipe)
         self._count(size)
         return message
 
@@ -143,8 +143,8 @@ class RemoteWorker:
 
     def ask_to_close(self) -> None:
         """Send CLOSE if the process runs and is idle (a busy one is ended by :func:`end_workers`)."""
-        if self.ctrl is not None and self.process.is_alive() and _sync.is_done(self.ctrl, self.index):
-            _sync.send_command(self.ctrl, self.index, Command.CLOSE)
+        if self.ctrl is not None and self.process.is_alive() and handoff.is_done(self.ctrl, self.index):
+            handoff.send_command(self.ctrl, self.index, Command.CLOSE)
 
 
 def end_workers(workers: list, buffers: list, envs: list, timeout: float = 0.0) -> None:

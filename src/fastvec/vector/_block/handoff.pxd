@@ -1,5 +1,5 @@
-# The parts of _sync that the compiled step (_step_driver.pyx, the caller's side) and the
-# worker's compiled command loop (_step_server.pyx) call without Python in between.
+# The parts of handoff that the compiled step (_caller/compiled_step.pyx, the caller's side) and the
+# worker's compiled command loop (_worker/command_loop.pyx) call without Python in between.
 cimport numpy as cnp
 from libc.stdint cimport int64_t, uint8_t, uint32_t
 

@@ -1,7 +1,7 @@
 """Both sides: the bookkeeping of ``FastVectorEnv(env_failure="restart")``.
 
 An env that raises in a step is built again by its worker (``_Worker.rebuild_env``); a
-worker whose process ends is replaced by :class:`~fastvec.vector._pool.WorkerPool`. The
+worker whose process ends is replaced by :class:`~fastvec.vector._caller.pool.WorkerPool`. The
 budget both draw on is one shared word (``RESTARTS_LEFT``). This module holds the rest: the
 seed a rebuilt env is reset with (:func:`derived_seed`, both sides), what a worker process is
 told of its envs' seeds and restarts (:class:`RestartState`), and, in the caller, the count
@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from fastvec.vector._batch_tree import put_rows, row_of
-from fastvec.vector._infos import InfoBatch
+from fastvec.vector._block.batch_tree import put_rows, row_of
+from fastvec.vector._infos.codec import InfoBatch
 
 __all__ = ["Restarts", "RestartState", "derived_seed"]
 

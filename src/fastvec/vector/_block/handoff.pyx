@@ -5,7 +5,7 @@ The parent and each worker talk through a row of uint32 words in shared
 memory (one 64-byte row per worker, so two workers never share a cache line):
 
     CMD_SEQ   parent bumps it to hand the worker a new command
-    CMD       which command (fastvec/vector/_protocol.pxd defines the words)
+    CMD       which command (fastvec/vector/_block/protocol.pxd defines the words)
     DONE_SEQ  worker sets it to CMD_SEQ once the command's results are written
     STATUS    what the worker left beside the results (ok, infos on the pipe, error)
     WORKER_SLEEPING / PARENT_SLEEPING  set by a waiter before it blocks, so the
@@ -30,10 +30,10 @@ from libc.string cimport memcpy
 
 cimport numpy as cnp
 
-from fastvec.vector._protocol cimport (ANY_DONE, ANY_SLEEPING, CALLER_CPU, CALLER_GAP_US, CALLER_THINK_US, CMD, CMD_SEQ, DONE_SEQ,
+from fastvec.vector._block.protocol cimport (ANY_DONE, ANY_SLEEPING, CALLER_CPU, CALLER_GAP_US, CALLER_THINK_US, CMD, CMD_SEQ, DONE_SEQ,
                                        RESTARTS_LEFT,
                                        PARENT_SLEEPING, ROW_WORDS, STATUS, WORKER_CPU, WORKER_SLEEPING)
-from fastvec.vector._rows cimport copy_row, fits_row, row_bytes
+from fastvec.vector._block.obs_rows cimport copy_row, fits_row, row_bytes
 
 cnp.import_array()
 
@@ -269,7 +269,7 @@ cdef int _wait_all_done_until(uint32_t *base, const uint8_t *mask, Py_ssize_t wo
     return _first_busy(base, mask, workers)
 
 
-cdef extern from "_wait/fv_omp_park.h" nogil:
+cdef extern from "../_wait/fv_omp_park.h" nogil:
     ctypedef void (*fv_omp_region_fn)(void *)
     ctypedef struct fv_omp_runtime:
         pass

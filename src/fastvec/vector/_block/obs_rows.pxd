@@ -1,4 +1,4 @@
-# Copying an observation into its row of a shared slab, shared by _sync.stack_rows
+# Copying an observation into its row of a shared slab, shared by handoff.stack_rows
 # and the env loop (which copies each env's observation as soon as it has it).
 cimport numpy as cnp
 from libc.string cimport memcpy

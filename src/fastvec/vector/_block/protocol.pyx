@@ -1,5 +1,5 @@
 """Both sides: words the caller and the workers agree on: control-row layout, commands, statuses
-(``cpdef enum``s in ``_protocol.pxd``, one source for Cython and Python), autoreset codes
+(``cpdef enum``s in ``_block/protocol.pxd``, one source for Cython and Python), autoreset codes
 (the native-env kit's), and the pipe's message encoding.
 
 The hot path (step) moves no Python objects: the caller writes actions into the shared

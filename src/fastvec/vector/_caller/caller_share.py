@@ -1,8 +1,8 @@
 """Caller side: the share of the envs the calling process steps itself (``step_in_caller=True``).
 
-:class:`CallerShare` takes the commands a :class:`~fastvec.vector._remote_worker.RemoteWorker`
+:class:`CallerShare` takes the commands a :class:`~fastvec.vector._caller.remote_worker.RemoteWorker`
 takes (``dispatch``, ``start_step``, ``forget``), but runs them in the calling process, through
-the same :class:`~fastvec.vector._worker._Worker` code a worker process runs: when the caller
+the same :class:`~fastvec.vector._worker.process._Worker` code a worker process runs: when the caller
 waits (:meth:`run_pending`), or at once in the compiled step (:meth:`step_now`). What a command
 gave is kept (:attr:`outcome`) until the wait for the worker processes is over, so that a wait
 interrupted there (Ctrl-C, a timeout) and resumed does not lose it.
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from fastvec.vector._protocol import RECOVERABLE
-from fastvec.vector._worker import _Worker
-from fastvec.vector._worker_faults import RecoverableError, in_caller
+from fastvec.vector._block.protocol import RECOVERABLE
+from fastvec.vector._worker.process import _Worker
+from fastvec.vector._caller.worker_faults import RecoverableError, in_caller
 
 __all__ = ["CallerShare"]
 

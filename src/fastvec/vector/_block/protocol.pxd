@@ -1,5 +1,5 @@
 # The words the caller and the workers agree on, defined once: the Cython modules
-# (_sync) cimport them, Python reads them from fastvec.vector._protocol.
+# (handoff) cimport them, Python reads them from fastvec.vector._block.protocol.
 
 cpdef enum Word:
     # Word indices in a worker's control row (64 bytes: no two workers share a cache line).
@@ -33,7 +33,7 @@ cpdef enum SharedWord:
 
 
 cpdef enum StatsLayout:
-    # The statistics region (fastvec.vector._stats): uint64 counters at the start of the block.
+    # The statistics region (fastvec.vector._block.stats): uint64 counters at the start of the block.
     STATS_HEADER = 8     # words of its header (magic, version, workers, envs, the caller's pid)
     STATS_ROW = 8        # words of the caller's row and of each worker's row
     STATS_BUCKETS = 24   # a worker's step-time histogram: bucket k counts [2**(k-1), 2**k) µs
