@@ -19,7 +19,7 @@ observation of the episode is in ``infos["final_obs"]`` and the episode statisti
 This file also bootstraps truncated episodes from the value of their final observation
 (CleanRL's ``ppo.py`` treats a time-limit truncation as a termination).
 
-    python examples/cleanrl_ppo.py                      # fastvec (needs fastvec's backends)
+    python examples/cleanrl_ppo.py                      # fastvec's make_vec (the default)
     python examples/cleanrl_ppo.py --backend sync       # gymnasium's SyncVectorEnv, same modes
     python examples/cleanrl_ppo.py --target-return 475  # stop once solved
 """
@@ -204,7 +204,9 @@ def main(args: Args) -> dict:
 
     # env setup
     envs = make_envs(args)
-    assert isinstance(envs.single_action_space, gym.spaces.Discrete), "only discrete action space is supported"
+    assert isinstance(envs.single_action_space, gym.spaces.Discrete), (
+        f"only discrete action spaces are supported, {args.env_id} has {envs.single_action_space}: "
+        "for Box actions use examples/cleanrl_ppo_continuous.py")
 
     agent = Agent(envs).to(device)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)

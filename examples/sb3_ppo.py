@@ -19,7 +19,7 @@ Everything else (``PPO("MlpPolicy", env, ...)``, ``model.learn``, ``evaluate_pol
 logger's ``ep_rew_mean``) stays as it was. This script trains PPO with the rl-zoo CartPole
 hyper-parameters until the last 20 episodes average ``--target`` (475):
 
-    python examples/sb3_ppo.py                       # fastvec (needs fastvec's backends)
+    python examples/sb3_ppo.py                       # to_sb3 over fastvec's make_vec (the default)
     python examples/sb3_ppo.py --backend FastVecEnv  # make_vec_env(..., vec_env_cls=FastVecEnv)
     python examples/sb3_ppo.py --backend subproc     # SB3's SubprocVecEnv, for comparison
     python examples/sb3_ppo.py --backend sync        # gymnasium SyncVectorEnv through the adapter
