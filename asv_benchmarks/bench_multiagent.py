@@ -16,7 +16,7 @@ core dependencies: run these in an environment that has them (``asv run --python
 import importlib
 
 from fastvec._bench import multiagent
-from fastvec.vector.fast_vector_env import _usable_cores
+from fastvec.host import usable_cpus
 
 ENVS = [module.rsplit(".", 1)[1] for module, _ in multiagent.ENVS]
 BACKENDS = list(multiagent.BACKENDS)
@@ -69,7 +69,7 @@ class MultiAgentLimit:
 
     def setup(self, env):
         self.module, self.kwargs, _ = _env(env)
-        self.cores = min(_usable_cores(), multiagent.NUM_ENVS)
+        self.cores = min(len(usable_cpus()), multiagent.NUM_ENVS)
 
     def track_sps(self, env):
         return multiagent.processes_rate(self.module, self.kwargs, self.cores, 2.0)

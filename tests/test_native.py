@@ -561,7 +561,26 @@ def test_get_attr_call_and_set_attr():
         env.get_attr("steps_beyond_terminated")
     with pytest.raises(NotImplementedError, match="fixed at construction"):
         env.set_attr("gravity", 1.0)
+    with pytest.raises(NotImplementedError, match="native"):
+        env.get_attr("unwrapped")  # (one Python env stands for all: not any env's own)
     env.close()
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"max_episode_steps": 50}, {"render_mode": "rgb_array"}])
+def test_get_attr_spec_is_each_envs_spec_as_gymnasium_make_gives_it(kwargs):
+    """``get_attr("spec")``: what ``gym.make(env_id, **kwargs).spec`` is, for every env (as in
+    SyncVectorEnv), not ``None``."""
+    import gymnasium as gym
+
+    env = NativeVectorEnv("CartPole-v1", 2, **kwargs)
+    ref = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1", **kwargs) for _ in range(2)])
+    try:
+        specs = env.get_attr("spec")
+        assert len(specs) == 2 and specs[0] is not specs[1]
+        assert specs == ref.get_attr("spec")
+    finally:
+        env.close()
+        ref.close()
 
 
 def test_call_answers_the_methods_that_only_read():

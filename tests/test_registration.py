@@ -144,6 +144,14 @@ def test_unknown_vector_kwargs_are_a_type_error():
         gym.make_vec("CartPole-v1", 2, vectorization_mode="fastvec", vector_kwargs={"bogus": 1})
 
 
+def test_ray_keywords_without_backend_ray_say_that_they_need_it():
+    """``num_shards`` (RayVectorEnv's) in a local request: the error names ``backend='ray'``,
+    not only "unknown"."""
+    pytest.importorskip("ray")
+    with pytest.raises(TypeError, match=r"\['num_shards'\] are RayVectorEnv's: add backend='ray'"):
+        gym.make_vec("CartPole-v1", 2, vectorization_mode="fastvec", vector_kwargs={"num_shards": 2})
+
+
 # ---------------------------------------------------------------------------- native routing
 from fastvec import NativeVectorEnv  # noqa: E402
 

@@ -923,6 +923,10 @@ def test_sb3_tools_over_native_vector_env(tmp_path) -> None:
         assert env.has_attr("gravity") and not env.has_attr("no_such_attribute")
         with pytest.raises(NotImplementedError, match=r"native.: False"):
             env.env_method("reset", seed=0)  # what it cannot do, it says, naming the backend that can
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # (no "it ran in all of them" for a call that did not run)
+            with pytest.raises(NotImplementedError, match=r"native.: False"):
+                env.env_method("reset", indices=[0])
 
         model = PPO("MlpPolicy", env, n_steps=16, batch_size=32, n_epochs=1, seed=0, device="cpu")
         eval_env = native(2)

@@ -416,7 +416,7 @@ def test_discrete_scalars_and_narrowing_casts():
 @settings(max_examples=40, deadline=None)
 @given(space=nested_spaces, seed=st.integers(0, 2**31 - 1))
 def test_compiled_split_join_equal_layout_methods(space, seed):
-    from fastvec.spaces import _codegen
+    from fastvec.spaces._flatten_api import _codegen
 
     layout = Layout(space)
     split, join = _codegen(layout)

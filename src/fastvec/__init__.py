@@ -9,6 +9,7 @@ of the native-env kit (:mod:`fastvec.native`), to build envs in C against.
 from fastvec import registration, spaces
 from fastvec.advantages import gae, gae_sb3, gae_terminated_truncated, vtrace
 from fastvec.errors import RemoteTraceback, WorkerDiedError, WorkerError
+from fastvec.host import usable_cpus
 from fastvec.native import get_include
 from fastvec.replay import MinTree, PrioritizedReplayBuffer, SumTree
 from fastvec.vector.native_vector_env import NativeVectorEnv
@@ -32,7 +33,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "FastVectorEnv", "MultiAgentVectorEnv", "NativeVectorEnv", "RemoteTraceback", "WorkerDiedError", "WorkerError",
-    "autotune", "get_include", "registration", "spaces",
+    "autotune", "get_include", "registration", "spaces", "usable_cpus",
     "gae", "gae_sb3", "gae_terminated_truncated", "vtrace",
     "SumTree", "MinTree", "PrioritizedReplayBuffer",
 ]

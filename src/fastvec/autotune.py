@@ -109,7 +109,7 @@ def autotune(env_fns: Sequence[Callable[[], Any]], *, seconds: float = 1.0, thin
         raise ValueError(f"seconds must be > 0, got {seconds}")
     if think_us < 0 or margin < 0:
         raise ValueError(f"think_us and margin must be >= 0, got {think_us} and {margin}")
-    from fastvec.vector._caller.remote_worker import usable_cpus
+    from fastvec.host import usable_cpus
 
     tried = [{}] + [dict(s) for s in (settings if settings is not None else candidates(len(env_fns), len(usable_cpus())))
                     if s]

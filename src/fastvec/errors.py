@@ -15,6 +15,7 @@ __all__ = [
     "WorkerError",
     "WorkerDiedError",
     "RemoteTraceback",
+    "SpacesDifferError",
 ]
 
 
@@ -34,6 +35,28 @@ class WorkerError(RuntimeError):
 
 class WorkerDiedError(WorkerError):
     """A worker process exited or was killed while the vector env still needed it."""
+
+
+class SpacesDifferError(RuntimeError):
+    """Env ``env``'s ``what`` ("observation" or "action") space ``got`` differs from env 0's
+    ``want``, where the vector env needs them equal. A ``RuntimeError``, as Gymnasium's vector
+    envs raise it; the attributes let a vector env built on another say it in its own terms.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> from fastvec import FastVectorEnv
+        >>> from fastvec.errors import SpacesDifferError
+        >>> fns = [lambda: gym.make("CartPole-v1"), lambda: gym.make("MountainCar-v0")]
+        >>> try:
+        ...     FastVectorEnv(fns, num_workers=1)
+        ... except SpacesDifferError as error:
+        ...     print(error.env, error.what)
+        1 observation
+    """
+
+    def __init__(self, message: str, env: int, what: str, got, want):
+        super().__init__(message)
+        self.env, self.what, self.got, self.want = env, what, got, want
 
 
 class RemoteTraceback(Exception):

@@ -44,11 +44,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from fastvec.vector._block.shared_buffer import BLOCK_NAME_PREFIX
 from fastvec.vector._block.stats import HEADER, MAGIC, VERSION, StatsRegion, summarize, words
 
 __all__ = ["AttachedBlock", "attach", "job_runs", "readings", "render", "rich_view", "save_png", "main"]
 
-_BLOCK_NAME = "/memfd:fastvec_"
+_BLOCK_NAME = "/memfd:" + BLOCK_NAME_PREFIX  # (how Linux shows a memfd's name)
 
 
 class AttachedBlock:

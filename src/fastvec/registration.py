@@ -104,6 +104,7 @@ def make_vec(
         raise ValueError(f"unknown vector_kwargs backend={backend!r} for vectorization_mode='fastvec'; "
                          "expected 'ray' or none (local: NativeVectorEnv or FastVectorEnv)")
     else:
+        _refuse_ray_keywords(backend_kwargs)
         env = backend_choice.make_local(env_spec, num_envs, backend_kwargs, wrappers, spec_kwargs)
 
     recorded = copy.deepcopy(env_spec)
@@ -117,6 +118,22 @@ def make_vec(
         recorded.kwargs["wrappers"] = wrappers
     env.unwrapped.spec = recorded
     return env
+
+
+def _refuse_ray_keywords(backend_kwargs: dict) -> None:
+    """A local request with keywords only RayVectorEnv takes (``num_shards``...): say that they
+    need ``backend="ray"``, rather than that they are unknown."""
+    unknown = set(backend_kwargs) - backend_choice.local_keywords()
+    if not unknown:
+        return
+    try:
+        from fastvec.ray import RayVectorEnv
+    except ImportError:  # (no Ray: the local backend calls them unknown)
+        return
+    ray_only = sorted(unknown & backend_choice.keywords(RayVectorEnv, exclude=_RAY_OWN_ARGUMENTS))
+    if ray_only:
+        raise TypeError(f"vector_kwargs {ray_only} are RayVectorEnv's: add backend='ray' to vector_kwargs to "
+                        "run the envs on Ray, or leave them out for a local backend")
 
 
 def _make_ray(env_spec: EnvSpec, num_envs: int, backend_kwargs: dict, wrappers: list, spec_kwargs: dict):

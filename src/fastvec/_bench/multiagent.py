@@ -37,7 +37,7 @@ import time
 import numpy as np
 
 from fastvec.bench import fmt_rate, interleaved_samples, paired_ratio, print_table
-from fastvec.vector.fast_vector_env import _usable_cores
+from fastvec.host import usable_cpus
 
 NUM_ENVS = 8
 # (module, keyword arguments): three envs users train on; multiwalker needs Box2D (in the pettingzoo extra)
@@ -142,7 +142,7 @@ def make_vector(backend: str, make):
         from fastvec.vector.multi_agent_vector_env import MultiAgentVectorEnv
 
         if backend == SEND_RECV:
-            workers = max(w for w in range(1, min(_usable_cores(), NUM_ENVS) + 1) if NUM_ENVS % w == 0)
+            workers = max(w for w in range(1, min(len(usable_cpus()), NUM_ENVS) + 1) if NUM_ENVS % w == 0)
             return MultiAgentVectorEnv([make] * NUM_ENVS, num_workers=workers, batch_size=NUM_ENVS // workers)
         return MultiAgentVectorEnv([make] * NUM_ENVS)
     import supersuit as ss
@@ -198,14 +198,14 @@ def mlp_policy(vec):
     their actions out (clipped into a Box action space, the argmax of a Discrete one)."""
     import torch
 
-    from fastvec._bench.train import _Agent
+    from fastvec._bench.train import Agent
 
     obs_space = getattr(vec, "single_observation_space", None) or vec.observation_space
     act_space = getattr(vec, "single_action_space", None) or vec.action_space
     discrete = hasattr(act_space, "n")
     outputs = int(act_space.n) if discrete else int(np.prod(act_space.shape))
     torch.manual_seed(0)
-    net = _Agent(int(np.prod(obs_space.shape)), outputs, not discrete).actor
+    net = Agent(int(np.prod(obs_space.shape)), outputs, not discrete).actor
 
     def act(obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
@@ -237,7 +237,7 @@ def vector_rate(backend: str, make, seconds: float) -> float:
 
 def run(quick: bool = False) -> None:
     seconds, rounds = (1.0, 1) if quick else (3.0, 5)
-    cores = min(_usable_cores(), NUM_ENVS)
+    cores = min(len(usable_cpus()), NUM_ENVS)
     rows = []
     for module, kwargs in ENVS:
         name = module.rsplit(".", 1)[1]

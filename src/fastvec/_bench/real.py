@@ -45,7 +45,8 @@ import numpy as np
 from fastvec._bench.envs import BusyEnv, make_mujoco, make_pong
 from fastvec._bench.vector import step_rate
 from fastvec.bench import fmt_rate, interleaved_rates, print_table
-from fastvec.vector.fast_vector_env import FastVectorEnv, _usable_cores
+from fastvec.host import usable_cpus
+from fastvec.vector.fast_vector_env import FastVectorEnv
 
 SIZES = (8, 16)
 
@@ -132,7 +133,7 @@ class CoreLimit:
 
     def __init__(self, make: Callable[[], gym.Env], processes: int | None = None, context: str | None = None):
         ctx = multiprocessing.get_context(context)
-        self.processes = processes or _usable_cores()
+        self.processes = processes or len(usable_cpus())
         self._conns, self._procs = [], []
         try:
             for k in range(self.processes):
@@ -216,7 +217,7 @@ def make_backend(name: str, workload: Workload, num_envs: int):
     """A vector env of ``num_envs`` copies of ``workload`` for a column of the table (a name in
     PEERS or REFERENCES); SB3's is a ``VecEnv``. A reference that does not apply raises ValueError."""
     fns = [workload.make] * num_envs
-    threads = min(_usable_cores(), num_envs)  # the references' C++ threads: one per usable core
+    threads = min(len(usable_cpus()), num_envs)  # the references' C++ threads: one per usable core
     if name == "SyncVectorEnv":
         return gym.vector.SyncVectorEnv(fns)
     if name == "AsyncVectorEnv":
@@ -324,7 +325,7 @@ def run(quick: bool = False, *, sizes: Sequence[int] = SIZES, workloads: Sequenc
     rounds = rounds or (3 if quick else 7)
     limit_s = limit_s or (0.2 if quick else 0.5)
     missing = missing_columns()
-    cores = _usable_cores()
+    cores = len(usable_cpus())
     # What FastVectorEnv's default means at these sizes, and the other stepping mode beside it.
     probe = FastVectorEnv([BusyEnv] * max(sizes))
     default_desc = f"num_workers={probe.num_workers}, step_in_caller={probe.step_in_caller}"

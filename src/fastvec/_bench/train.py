@@ -200,7 +200,7 @@ class ReplayVectorEnv(gym.vector.VectorEnv):
 
 
 # --- CleanRL-style PPO ----------------------------------------------------------------------
-class _Agent(nn.Module):
+class Agent(nn.Module):
     def __init__(self, obs_dim: int, act_dim: int, continuous: bool):
         super().__init__()
         self.continuous = continuous
@@ -249,7 +249,7 @@ class CleanRLPPO:
         obs_dim = int(np.prod(envs.single_observation_space.shape))
         act_shape = envs.single_action_space.shape
         act_dim = int(np.prod(act_shape)) if self.continuous else int(envs.single_action_space.n)
-        self.agent = _Agent(obs_dim, act_dim, self.continuous)
+        self.agent = Agent(obs_dim, act_dim, self.continuous)
         self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=cfg.lr, eps=1e-5)
         n, t = envs.num_envs, cfg.num_steps
         self.obs = torch.zeros((t, n, obs_dim))

@@ -31,7 +31,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     ) from e
 
 from fastvec.integrations._sb3_env_access import ATTRIBUTE, build_env
-from fastvec.vector._caller.arguments import same_value
+from fastvec.vector._caller.arguments import check_env_fns, same_value
 from fastvec.vector._block.batch_tree import copy_batch, put_rows
 from fastvec.vector._caller.worker_vector_env import CallState
 from fastvec.vector.fast_vector_env import FastVectorEnv
@@ -363,22 +363,23 @@ class SB3VecEnv(VecEnv):
         naming the multiprocess backend, which calls any method.
         """
         idx = list(self._get_indices(indices))
-        if sorted(idx) != list(range(self.num_envs)):
+        some = sorted(idx) != list(range(self.num_envs))
+        if some:
             sub_envs = self._sub_envs()
             if sub_envs is not None:
                 return [sub_envs[i].get_wrapper_attr(method_name)(*method_args, **method_kwargs) for i in idx]
-            if self._native() is not None and method_name in NativeVectorEnv.CALLABLE_METHODS:
-                pass  # (these only read: running them in every env changes nothing)
-            elif method_name not in self._warned_indices:
-                self._warned_indices.add(method_name)
-                warnings.warn(
-                    f"env_method({method_name!r}, indices={indices!r}): "
-                    f"{type(self.vector_env).__name__} can only call a method in every env; it ran in "
-                    "all of them and the requested results are returned.",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
         results = self._base("call")(method_name, *method_args, **method_kwargs)
+        # (said once the call has run: a method the vector env refuses raised above, and did not run)
+        if some and method_name not in self._warned_indices and not (
+                self._native() is not None and method_name in NativeVectorEnv.CALLABLE_METHODS):  # (these only read)
+            self._warned_indices.add(method_name)
+            warnings.warn(
+                f"env_method({method_name!r}, indices={indices!r}): "
+                f"{type(self.vector_env).__name__} can only call a method in every env; it ran in "
+                "all of them and the requested results are returned.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         return [results[i] for i in idx]
 
     def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:
@@ -511,17 +512,7 @@ class FastVecEnv(SB3VecEnv):
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], start_method: str | None = None,
                  **fastvec_kwargs: Any) -> None:
-        if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Sequence):
-            raise TypeError(
-                f"env_fns must be a list of functions that each build an env, got {type(env_fns).__name__}"
-            )
-        if len(env_fns) == 0:
-            raise TypeError("env_fns is empty: FastVecEnv needs at least one function that builds an env")
-        for k, fn in enumerate(env_fns):
-            if not callable(fn):
-                raise TypeError(
-                    f"env_fns[{k}] is not callable (got {type(fn).__name__}); pass e.g. `lambda: gym.make(...)`"
-                )
+        env_fns = check_env_fns(env_fns, "FastVecEnv")
         if start_method is not None and start_method not in multiprocessing.get_all_start_methods():
             raise ValueError(
                 f"cannot find context for {start_method!r}: start_method must be None or one of "

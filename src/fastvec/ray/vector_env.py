@@ -33,9 +33,9 @@ from fastvec.ray._packing import (
 )
 from fastvec.ray._shard import Failure, Shard, shard_ranges
 from fastvec.spaces import Layout
-from fastvec.vector._caller.arguments import (check_failure_arguments, check_no_ended_envs, check_synchronous,
-                                       checked_batch_size, checked_count, checked_step_timeout, seeds_per_env,
-                                       split_reset_options)
+from fastvec.vector._caller.arguments import (check_env_fns, check_failure_arguments, check_no_ended_envs,
+                                              check_synchronous, checked_batch_size, checked_count,
+                                              checked_step_timeout, seeds_per_env, split_reset_options)
 from fastvec.vector._block.restarts import Restarts, derived_seed
 from fastvec.vector._caller.worker_vector_env import CallState, WorkerVectorEnv
 
@@ -276,12 +276,7 @@ class RayVectorEnv(WorkerVectorEnv):
         else:
             if env_kwargs or wrappers:
                 raise TypeError("env_kwargs and wrappers go with an env id; put them in the env_fns instead")
-            try:
-                env_fns = list(env_fns)
-            except TypeError:
-                raise TypeError(f"env_fns must be an env id or a sequence of callables, got {type(env_fns).__name__}") from None
-            if not env_fns or not all(callable(fn) for fn in env_fns):
-                raise TypeError("env_fns must be a non-empty sequence of callables that build envs")
+            env_fns = check_env_fns(env_fns, "RayVectorEnv", "an env (or pass an env id)")
             if num_envs is not None and num_envs != len(env_fns):
                 raise ValueError(f"num_envs={num_envs} but {len(env_fns)} env_fns")
             num_envs = len(env_fns)

@@ -45,6 +45,5 @@ from fastvec.spaces._flatten_api import flatten, flatten_sample, unflatten, unfl
 from fastvec.spaces._layout import Layout, Leaf
 
 # Not public: tests compare the compiled split/join with Layout.split/join through this name.
-from fastvec.spaces._flatten_api import _codegen  # noqa: F401
 
 __all__ = ["Leaf", "Layout", "flatten", "unflatten", "flatten_sample", "unflatten_sample"]

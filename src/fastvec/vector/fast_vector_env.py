@@ -19,11 +19,12 @@ from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces, batch_space, create_empty_array
 
-from fastvec.errors import AlreadyPendingCallError, NoAsyncCallError
-from fastvec.vector._caller.arguments import (check_failure_arguments, check_no_ended_envs, check_synchronous,
-                                       checked_batch_size, checked_count, checked_step_timeout, seeds_per_env,
-                                       split_reset_options)
-from fastvec.vector._caller.pool import WorkerPool, usable_cpus
+from fastvec.errors import AlreadyPendingCallError, NoAsyncCallError, SpacesDifferError
+from fastvec.vector._caller.arguments import (check_env_fns, check_failure_arguments, check_no_ended_envs,
+                                              check_synchronous, checked_batch_size, checked_count,
+                                              checked_step_timeout, seeds_per_env, split_reset_options)
+from fastvec.host import usable_cpus
+from fastvec.vector._caller.pool import WorkerPool
 from fastvec.vector._block.batch_tree import copy_batch, put_rows
 from fastvec.vector._caller.step_io import Staging, layouts
 from fastvec.vector._block.stats import summarize
@@ -37,19 +38,6 @@ __all__ = ["FastVectorEnv"]
 # Module aliases of the members the per-step path reads (as in fastvec.vector._block.protocol).
 _DEFAULT, _WAITING_RESET, _WAITING_STEP = CallState.DEFAULT, CallState.WAITING_RESET, CallState.WAITING_STEP
 
-
-class _SpacesDiffer(RuntimeError):
-    """Env ``env``'s ``what`` ("observation" or "action") space ``got`` differs from env 0's
-    ``want``: a RuntimeError, as Gymnasium's vector envs raise it, which a vector env built on
-    this one can tell in its own terms."""
-
-    def __init__(self, message: str, env: int, what: str, got: Space, want: Space):
-        super().__init__(message)
-        self.env, self.what, self.got, self.want = env, what, got, want
-
-
-def _usable_cores() -> int:
-    return len(usable_cpus())
 
 
 class FastVectorEnv(WorkerVectorEnv):
@@ -243,19 +231,11 @@ class FastVectorEnv(WorkerVectorEnv):
             raise RuntimeError(
                 "FastVectorEnv runs on Linux and macOS only; on Windows use "
                 "gymnasium.vector.AsyncVectorEnv, fastvec.NativeVectorEnv (compiled envs) or WSL")
-        try:
-            env_fns = list(env_fns)
-        except TypeError:
-            raise TypeError(f"env_fns must be a sequence of callables that build envs, got {type(env_fns).__name__}") from None
-        if not env_fns:
-            raise TypeError("env_fns is empty: FastVectorEnv needs at least one env constructor")
-        for k, fn in enumerate(env_fns):
-            if not callable(fn):
-                raise TypeError(f"env_fns[{k}] is not callable: got {type(fn).__name__}; pass e.g. `lambda: gym.make(...)`")
+        env_fns = check_env_fns(env_fns, type(self).__name__)
         self.env_fns = env_fns
         self.num_envs = len(env_fns)
         if num_workers is None:
-            num_workers = min(_usable_cores(), self.num_envs)
+            num_workers = min(len(usable_cpus()), self.num_envs)
         self.num_workers = checked_count(num_workers, self.num_envs, "num_workers")
         self.shared_memory = bool(shared_memory)
         self.copy = bool(copy)
@@ -364,7 +344,7 @@ class FastVectorEnv(WorkerVectorEnv):
             self.observation_space = batch_differing_spaces([s for s, _ in spaces])
         for i, (obs_space, act_space) in enumerate(spaces):
             if mode == "same" and obs_space != self.single_observation_space:
-                raise _SpacesDiffer(
+                raise SpacesDifferError(
                     "FastVectorEnv(..., observation_mode='same') however some of the sub-environments "
                     f"observation spaces are not equivalent. Env {i}'s {obs_space} differs from env 0's "
                     f"{self.single_observation_space}. If this is intentional, use "
@@ -377,11 +357,29 @@ class FastVectorEnv(WorkerVectorEnv):
                     f"{obs_space} against {self.single_observation_space})."
                 )
             if act_space != self.single_action_space:
-                raise _SpacesDiffer(
+                raise SpacesDifferError(
                     f"Some environments have an action space different from `{self.single_action_space}` "
                     f"(env {i}'s is {act_space}). In order to batch actions, the action spaces from all "
                     "environments must be equal.", i, "action", act_space, self.single_action_space
                 )
+
+    @property
+    def recv_left_out(self) -> np.ndarray | None:
+        """After :meth:`recv`: a bool per env it returned, True for an env that a masked
+        ``async_reset`` (``options={"reset_mask": ...}``) left out, whose row therefore holds
+        what that env had before (not a reset's result); ``None`` when it left out none.
+
+        Example:
+            >>> import gymnasium as gym, numpy as np
+            >>> envs = FastVectorEnv([lambda: gym.make("CartPole-v1")] * 2, num_workers=1)
+            >>> _ = envs.reset(seed=0)
+            >>> envs.async_reset(options={"reset_mask": np.array([True, False])})
+            >>> _ = envs.recv()
+            >>> envs.recv_left_out
+            array([False,  True])
+            >>> envs.close()
+        """
+        return self._recv_left_out
 
     @property
     def closed(self) -> bool:

@@ -9,10 +9,11 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from fastvec.vector._worker.agent_rows import AGENT_INFO_GIVEN, AGENT_INFOS, AgentRows
-from fastvec.vector._caller.arguments import same_value
+from fastvec.vector._caller.arguments import check_env_fns, same_value
 from fastvec.vector._block.batch_tree import row_of
 from fastvec.vector._caller.worker_vector_env import CallState
-from fastvec.vector.fast_vector_env import FastVectorEnv, _SpacesDiffer
+from fastvec.errors import SpacesDifferError
+from fastvec.vector.fast_vector_env import FastVectorEnv
 
 __all__ = ["MultiAgentVectorEnv"]
 
@@ -125,18 +126,11 @@ class MultiAgentVectorEnv(VectorEnv):
         for key in ("step_in_caller", "observation_mode"):
             if key in vector_kwargs:
                 raise TypeError(f"MultiAgentVectorEnv does not take {key!r}")
-        try:
-            env_fns = list(env_fns)
-        except TypeError:
-            raise TypeError(f"env_fns must be a sequence of callables that build ParallelEnvs, "
-                            f"got {type(env_fns).__name__}") from None
-        for k, fn in enumerate(env_fns):
-            if not callable(fn):
-                raise TypeError(f"env_fns[{k}] is not callable: got {type(fn).__name__}")
+        env_fns = check_env_fns(env_fns, "MultiAgentVectorEnv", "a PettingZoo ParallelEnv")
         try:
             self._envs = FastVectorEnv([_RowsMaker(fn, bool(pad_spaces)) for fn in env_fns], num_workers,
                                        autoreset_mode=autoreset_mode, batch_size=batch_size, **vector_kwargs)
-        except _SpacesDiffer as error:  # (an env's agents, stacked in its row, batch differently)
+        except SpacesDifferError as error:  # (an env's agents, stacked in its row, batch differently)
             raise ValueError(
                 f"env {error.env}'s agents differ from env 0's: its {error.what} space (its agents' stacked) is "
                 f"{error.got}, env 0's {error.want}. Every env must have the same possible_agents, each agent "
@@ -350,7 +344,7 @@ class MultiAgentVectorEnv(VectorEnv):
             rows = self._rows_of(envs)
         self._remember_rows(rows, envs)
         rewards, terminated, truncated, mask = self._agent_results(infos, env_truncated, rows)
-        kept = self._envs._recv_left_out
+        kept = self._envs.recv_left_out
         if kept is not None:  # (envs a masked async_reset left alone: their agents as they were)
             mask = mask.copy()
             mask[kept] = self.agent_mask.reshape(self.num_parallel_envs, self.num_agents)[envs[kept]]

@@ -7,6 +7,7 @@ from typing import Any, Sequence
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.envs.registration import EnvSpec
 from gymnasium.error import ClosedEnvironmentError, ResetNeeded
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
@@ -213,7 +214,7 @@ class NativeVectorEnv(Batch, VectorEnv):
 
     # The envs are compiled, so only what the Python env holds as constants (the parameters
     # fixed at construction) and their state can be read; nothing can be set.
-    _UNTRACKED_ATTRS = ("steps_beyond_terminated", "last_u", "np_random", "_np_random", "screen", "clock")
+    _UNTRACKED_ATTRS = ("steps_beyond_terminated", "last_u", "np_random", "_np_random", "screen", "clock", "unwrapped")
 
     #: The env methods :meth:`call` answers (they only read); any other raises NotImplementedError.
     CALLABLE_METHODS = ("render", "get_wrapper_attr", "has_wrapper_attr", "__str__", "__repr__")
@@ -247,10 +248,25 @@ class NativeVectorEnv(Batch, VectorEnv):
             return self._call_method(name, *args, **kwargs)
         return self._read(name)
 
+    def _single_env_spec(self) -> EnvSpec | None:
+        """What ``gym.make(env_id, **env_kwargs).spec`` is: the registered spec with the
+        kwargs the env was made with (``render_mode`` among them) and its episode limit."""
+        try:
+            spec = _copy.deepcopy(gym.spec(self.env_id))
+        except Exception:  # pragma: no cover - registered natively only, no Gymnasium id
+            return None
+        extra = {} if self.render_mode is None else {"render_mode": self.render_mode}
+        spec.kwargs = {**spec.kwargs, **self.env_kwargs, **extra}
+        if self.max_episode_steps < 2**31 - 1:  # (that one stands for no limit)
+            spec.max_episode_steps = self.max_episode_steps
+        return spec
+
     def _read(self, name: str) -> tuple[Any, ...]:
         """:meth:`call` of an attribute (not one of :attr:`CALLABLE_METHODS`): its value per env."""
         if name == "np_random_seed":
             return self.np_random_seed
+        if name == "spec":
+            return tuple(self._single_env_spec() for _ in range(self.num_envs))
         state_attributes = self._spec_native.state_attributes
         if name in state_attributes(self._fields, 0):
             return tuple(state_attributes(self._fields, i)[name] for i in range(self.num_envs))

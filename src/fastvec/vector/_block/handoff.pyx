@@ -31,8 +31,8 @@ from libc.string cimport memcpy
 cimport numpy as cnp
 
 from fastvec.vector._block.protocol cimport (ANY_DONE, ANY_SLEEPING, CALLER_CPU, CALLER_GAP_US, CALLER_THINK_US, CMD, CMD_SEQ, DONE_SEQ,
-                                       RESTARTS_LEFT,
-                                       PARENT_SLEEPING, ROW_WORDS, STATUS, WORKER_CPU, WORKER_SLEEPING)
+                                             RESTARTS_LEFT,
+                                             PARENT_SLEEPING, ROW_WORDS, STATUS, WORKER_CPU, WORKER_SLEEPING)
 from fastvec.vector._block.obs_rows cimport copy_row, fits_row, row_bytes
 
 cnp.import_array()

@@ -1,6 +1,6 @@
 """Both sides: the bookkeeping of ``FastVectorEnv(env_failure="restart")``.
 
-An env that raises in a step is built again by its worker (``_Worker.rebuild_env``); a
+An env that raises in a step is built again by its worker (``Worker.rebuild_env``); a
 worker whose process ends is replaced by :class:`~fastvec.vector._caller.pool.WorkerPool`. The
 budget both draw on is one shared word (``RESTARTS_LEFT``). This module holds the rest: the
 seed a rebuilt env is reset with (:func:`derived_seed`, both sides), what a worker process is
@@ -143,7 +143,7 @@ class Restarts:
         batch = InfoBatch(num_rows)
         stepped_rows, stepped_envs = [], []
         for row, env, error, in_reset in found:
-            # (the dicts a worker's own rebuild of the env adds, see _Worker.rebuild_env)
+            # (the dicts a worker's own rebuild of the env adds, see Worker.rebuild_env)
             restarted = {"env_restarted": True, "env_error": error}
             if same_step and not in_reset:
                 final_obs = None if last_obs is None else row_of(last_obs, env, space)

@@ -138,6 +138,12 @@ class SharedBuffer:
         self._mmap = None
 
 
+# The name every block's memory carries: a label in /proc/<pid>/maps and /proc/<pid>/fd
+# ("/memfd:fastvec_<pid> (deleted)"), by which the monitor (fastvec.monitor) finds the blocks
+# of another process.
+BLOCK_NAME_PREFIX = "fastvec_"
+
+
 def receive(pipe) -> int:
     """Worker side of :meth:`SharedBuffer.send`: the block's file descriptor."""
     return reduction.recv_handle(pipe)
@@ -146,12 +152,11 @@ def receive(pipe) -> int:
 def _anonymous_file(size: int) -> int:
     """A descriptor of ``size`` zero bytes of shared memory that no name refers to."""
     if hasattr(os, "memfd_create"):
-        # (the name only labels the mappings in /proc/<pid>/maps: "/memfd:fastvec_<pid> (deleted)")
-        fd = os.memfd_create(f"fastvec_{os.getpid()}", os.MFD_CLOEXEC)
+        fd = os.memfd_create(f"{BLOCK_NAME_PREFIX}{os.getpid()}", os.MFD_CLOEXEC)
     else:  # pragma: no cover - macOS, BSDs
         import _posixshmem
 
-        name = f"/fastvec_{os.getpid()}_{secrets.token_hex(8)}"
+        name = f"/{BLOCK_NAME_PREFIX}{os.getpid()}_{secrets.token_hex(8)}"
         fd = _posixshmem.shm_open(name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
         _posixshmem.shm_unlink(name)  # the name existed for this one call; the memory lives on
     try:

@@ -7,6 +7,37 @@ from typing import Any, Sequence
 import numpy as np
 
 
+def check_env_fns(env_fns: Any, owner: str, builds: str = "an env") -> list:
+    """``env_fns`` as a list, checked: a non-empty sequence of callables (one per env).
+
+    Args:
+        env_fns: what the user passed.
+        owner: the class named in the errors (``"FastVectorEnv"``, ``"FastVecEnv"``, ...).
+        builds: what each callable builds, for the errors (``"an env"``, ``"a ParallelEnv"``).
+
+    Returns:
+        The callables, as a list.
+
+    Raises:
+        TypeError: ``env_fns`` is not a sequence (a string counts as none), is empty, or holds
+            something that is not callable.
+    """
+    if isinstance(env_fns, (str, bytes)):
+        env_fns = None
+    try:
+        env_fns = list(env_fns)
+    except TypeError:
+        raise TypeError(f"{owner}: env_fns must be a sequence of callables that each build {builds}, "
+                        f"got {type(env_fns).__name__}") from None
+    if not env_fns:
+        raise TypeError(f"{owner}: env_fns is empty; it needs at least one callable that builds {builds}")
+    for k, fn in enumerate(env_fns):
+        if not callable(fn):
+            raise TypeError(f"{owner}: env_fns[{k}] is not callable: got {type(fn).__name__}; "
+                            "pass e.g. `lambda: gym.make(...)`")
+    return env_fns
+
+
 def seeds_per_env(seed: int | Sequence[int | None] | None, num_envs: int) -> list[int | None]:
     """``None`` → no seeds; an int ``s`` → ``s + i`` for env i; a list → one per env (checked)."""
     if seed is None:

@@ -80,6 +80,12 @@ def _fast_vector_kwargs() -> set[str]:
     return keywords(FastVectorEnv, exclude=("env_fns",))
 
 
+def local_keywords() -> set[str]:
+    """The ``vector_kwargs`` keys a local request may hold: FastVectorEnv's, NativeVectorEnv's
+    and ``native``."""
+    return _fast_vector_kwargs() | set(NATIVE_VECTOR_KWARGS) | {"native"}
+
+
 def resolve(env_id: str | EnvSpec, num_envs: int, vector_kwargs: dict[str, Any] | None,
             wrappers: Sequence[Callable[[Env], Wrapper]] | None,
             env_kwargs: dict[str, Any]) -> tuple[EnvSpec, int, dict[str, Any], list, dict[str, Any]]:
@@ -137,7 +143,7 @@ def make_local(env_spec: EnvSpec, num_envs: int, vector_kwargs: dict[str, Any], 
     if unknown:
         raise TypeError(
             f"unknown vector_kwargs {unknown} for vectorization_mode='fastvec'; expected some of "
-            f"{sorted(accepted | {'native'})}"
+            f"{sorted(accepted | {'native'})}, or backend='ray' with RayVectorEnv's keywords"
         )
     if native is False:
         reason = "vector_kwargs native=False was given"

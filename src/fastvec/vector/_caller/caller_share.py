@@ -2,7 +2,7 @@
 
 :class:`CallerShare` takes the commands a :class:`~fastvec.vector._caller.remote_worker.RemoteWorker`
 takes (``dispatch``, ``start_step``, ``forget``), but runs them in the calling process, through
-the same :class:`~fastvec.vector._worker.process._Worker` code a worker process runs: when the caller
+the same :class:`~fastvec.vector._worker.process.Worker` code a worker process runs: when the caller
 waits (:meth:`run_pending`), or at once in the compiled step (:meth:`step_now`). What a command
 gave is kept (:attr:`outcome`) until the wait for the worker processes is over, so that a wait
 interrupted there (Ctrl-C, a timeout) and resumed does not lose it.
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from fastvec.vector._block.protocol import RECOVERABLE
-from fastvec.vector._worker.process import _Worker
+from fastvec.vector._worker.process import Worker
 from fastvec.vector._caller.worker_faults import RecoverableError, in_caller
 
 __all__ = ["CallerShare"]
@@ -27,7 +27,7 @@ class CallerShare:
             does not survive; it closes the vector env and raises.
     """
 
-    def __init__(self, worker: _Worker, on_fatal: Callable[[BaseException, str], None]):
+    def __init__(self, worker: Worker, on_fatal: Callable[[BaseException, str], None]):
         self.worker = worker
         self.index = worker.index
         self.stop = worker.stop

@@ -31,17 +31,18 @@ from fastvec.vector._block.protocol import STATUS_CALL_ERROR as _CALL_ERROR
 from fastvec.vector._block.protocol import STATUS_INFOS as _INFOS
 from fastvec.vector._block.protocol import STATUS_MESSAGE as _MESSAGE
 from fastvec.vector._block.protocol import STATUS_OK as _OK
-from fastvec.vector._caller.remote_worker import RemoteWorker, end_workers, usable_cpus
+from fastvec.host import usable_cpus
+from fastvec.vector._caller.remote_worker import RemoteWorker, end_workers
 from fastvec.vector._block.restarts import Restarts
 from fastvec.vector._block.shared_buffer import Section, SharedBuffer
 from fastvec.vector._block.stats import StatsRegion
 from fastvec.vector._wait.openmp import OpenMPIdleThreads
 from fastvec.vector._wait.policy import MAX_THINK_S, MIN_THINK_FOR_RELEASE_S, THINK_WINDOW_S, CallerWaits, WaitSettings
-from fastvec.vector._worker.process import REBUILD_PHASE, _Worker, enforces_reset_order
+from fastvec.vector._worker.process import REBUILD_PHASE, Worker, enforces_reset_order
 from fastvec.vector._caller.worker_faults import (RecoverableError, in_caller, log_failed_workers, remote_exception,
-                                          start_method_hint, worker_died)
+                                                  start_method_hint, worker_died)
 
-__all__ = ["WorkerPool", "usable_cpus"]
+__all__ = ["WorkerPool"]
 
 _INFOS_BIT = 1 << _INFOS
 
@@ -212,7 +213,7 @@ class WorkerPool:
             self.restarts.stats = self.stats
         if self.step_in_caller:
             self.local = self.workers[0] = CallerShare(
-                _Worker(0, self._local_envs, 0, self._autoreset_mode, buffer, obs_layout, act_layout), self.fail_local)
+                Worker(0, self._local_envs, 0, self._autoreset_mode, buffer, obs_layout, act_layout), self.fail_local)
         return buffer
 
     @property

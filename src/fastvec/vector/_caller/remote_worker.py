@@ -25,17 +25,9 @@ from fastvec.vector._block.stats import StatsRegion
 from fastvec.vector._wait.policy import WorkerWaits
 from fastvec.vector._worker.process import worker_main
 
-__all__ = ["RemoteWorker", "end_workers", "usable_cpus"]
+__all__ = ["RemoteWorker", "end_workers"]
 
 _NOTHING = object()
-
-
-def usable_cpus() -> set:
-    """The CPUs this process may run on."""
-    try:
-        return os.sched_getaffinity(0)
-    except AttributeError:  # pragma: no cover - macOS, Windows
-        return set(range(os.cpu_count() or 1))
 
 
 class RemoteWorker:
@@ -159,7 +151,7 @@ def end_workers(workers: list, buffers: list, envs: list, timeout: float = 0.0) 
         except Exception:
             pass
     envs.clear()
-    started = [w.process for w in workers if w.process._popen is not None]
+    started = [w.process for w in workers if w.process.pid is not None]  # (pid: None until started)
     deadline = time.monotonic() + timeout
     for process in started:
         remaining = deadline - time.monotonic()

@@ -182,7 +182,7 @@ cdef class StepServer:
                 self.view_code = code
                 self.copy_actions = cnp.PyArray_NDIM(<cnp.ndarray>self.view) > 1
             self.stepping = True
-            # As _Worker._read_actions hands them out: one number per env is a view (indexing
+            # As Worker._read_actions hands them out: one number per env is a view (indexing
             # it gives a NumPy scalar, a copy); rows are copied, since the caller may
             # overwrite the slab while an env still holds its action.
             self.loop.step(cnp.PyArray_NewCopy(<cnp.ndarray>self.view, cnp.NPY_CORDER) if self.copy_actions

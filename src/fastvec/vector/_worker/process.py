@@ -31,7 +31,7 @@ from fastvec.vector._worker.env_loop import EnvLoop
 from fastvec.vector._block import protocol
 from fastvec.vector._infos.codec import InfoWriter
 from fastvec.vector._block.protocol import (AUTORESET_CODES, LIVENESS_INTERVAL, RECOVERABLE, Command, Status, Word,
-                                      WorkerStat)
+                                            WorkerStat)
 from fastvec.vector._block.protocol import CMD_STEP as _STEP
 from fastvec.vector._block.protocol import CMD_STEP_PIPE as _STEP_PIPE
 from fastvec.vector._block.protocol import STATUS_INFOS as _INFOS
@@ -59,7 +59,7 @@ PARENT_WATCH_GRACE_S = 2.0
 _UNSENT = object()
 
 
-class _Worker:
+class Worker:
     """One worker's envs and their views of the shared buffer (also the caller's own
     share with ``step_in_caller=True``, then with no pipe)."""
 
@@ -499,7 +499,7 @@ def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: 
             return
         _, sections, size, obs_layout, act_layout = message
         buffer = SharedBuffer(sections, size, fd=receive(pipe))
-        worker = _Worker(index, envs, first, autoreset_mode, buffer, obs_layout, act_layout, restart, env_fns)
+        worker = Worker(index, envs, first, autoreset_mode, buffer, obs_layout, act_layout, restart, env_fns)
         protocol.send(pipe, ("ready",))
         _serve(worker, buffer["ctrl"], pipe, waits, parent_alive, follow_caller)
     except (EOFError, BrokenPipeError, ConnectionResetError):
@@ -525,7 +525,7 @@ def _follow_caller(pinned: set, every_cpu: set, caller_busy: bool) -> None:
         pass
 
 
-def _serve(worker: _Worker, ctrl: np.ndarray, pipe, waits: WorkerWaits, parent_alive: Callable[[], bool],
+def _serve(worker: Worker, ctrl: np.ndarray, pipe, waits: WorkerWaits, parent_alive: Callable[[], bool],
            on_caller_busy: Callable[[bool], None] | None = None) -> None:
     """The worker's command loop: serve commands until CLOSE, a fatal error, or the parent's death.
 
