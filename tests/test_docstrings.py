@@ -30,6 +30,7 @@ MODULES = [
     "fastvec.spaces._leaf_kinds",
     "fastvec.torch.cartpole",
     "fastvec.vector._block.batch_tree",
+    "fastvec.vector._block.messages",
     "fastvec.vector._block.restarts",
     "fastvec.vector._caller.backend_choice",
     "fastvec.vector._caller.slow_settings",

@@ -345,6 +345,7 @@ def test_parent_killed_workers_exit(num_workers, context, reaped):
         proc.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("context", ["fork", "forkserver"])
 @pytest.mark.parametrize("hang", ["sleep", "gil"])
 def test_workers_hung_in_a_step_end_after_their_caller_is_killed(context, hang):

@@ -720,8 +720,8 @@ class _Shared:
 
 
 @pytest.mark.parametrize("args, kwargs, error, match", [
-    (("CartPole-v1",), {}, TypeError, "env_fns must be a list"),
-    ((lambda: gym.make("CartPole-v1"),), {}, TypeError, "env_fns must be a list"),
+    (("CartPole-v1",), {}, TypeError, "env_fns must be a sequence of callables.*got (str|function)"),
+    ((lambda: gym.make("CartPole-v1"),), {}, TypeError, "env_fns must be a sequence of callables.*got (str|function)"),
     (([],), {}, TypeError, "env_fns is empty"),
     (([partial(gym.make, "CartPole-v1"), "CartPole-v1"],), {}, TypeError, r"env_fns\[1\] is not callable"),
     ((_env_fns("CartPole-v1", 2), "illegal_method"), {}, ValueError, "cannot find context for 'illegal_method'"),

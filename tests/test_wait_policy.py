@@ -718,6 +718,7 @@ print(json.dumps(stalled))
 
 
 @needs_torch_threads
+@pytest.mark.slow
 @pytest.mark.parametrize("passive", [False, True], ids=["default", "OMP_WAIT_POLICY=passive"])
 def test_a_stalled_step_in_a_torch_loop_costs_the_trainer_no_core(passive):
     """An env that stalls for 2 s in one step (a slow reset, a stuck simulator) inside a

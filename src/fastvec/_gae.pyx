@@ -293,7 +293,7 @@ cdef void _gae_cols(
     """Columns c0 .. c0 + w - 1: row T-1 by _gae_row_last, then rows T-2 down to 0
     with _gae_row's arithmetic, each column's running values in registers. (Computed
     in the lanes too, row T-1 left GCC's SLP vectoriser to vectorise it and then keep
-    the 4-wide loop scalar: 128 x 4 ran ~35 % slower.)"""
+    the 4-wide loop scalar, which is slower: docs/benchmarks.md, "Figures behind the code".)"""
     cdef int w = sizeof(lanes_t)
     cdef floating a[8]
     cdef floating vn[8]         # value of the next row's observation

@@ -26,6 +26,7 @@ from fastvec.vector._caller.arguments import (check_env_fns, check_failure_argum
 from fastvec.host import usable_cpus
 from fastvec.vector._caller.pool import WorkerPool
 from fastvec.vector._block.batch_tree import copy_batch, put_rows
+from fastvec.vector._block.messages import Hello, PipeCommand
 from fastvec.vector._caller.step_io import Staging, layouts
 from fastvec.vector._block.stats import summarize
 from fastvec.vector._caller.compiled_step import StepDriver
@@ -319,16 +320,16 @@ class FastVectorEnv(WorkerVectorEnv):
             except Exception:  # (a space Gymnasium cannot batch: the rows then keep what the step left)
                 self._last_obs = None
 
-    def _set_spaces(self, hellos: list[tuple]) -> None:
+    def _set_spaces(self, hellos: list[Hello]) -> None:
         """Spaces, metadata and render mode from the envs' hellos; their spaces must agree."""
-        spaces = [pair for hello in hellos for pair in hello[1]]
+        spaces = [pair for hello in hellos for pair in hello.spaces]
         first_obs_space, first_act_space = spaces[0]
         # (a step before the first reset is refused here, without closing anything, when an env
         # would refuse it itself: its worker would end on the error)
-        self._order_enforced = any(hello[4] for hello in hellos)
-        self.metadata = dict(hellos[0][2])
+        self._order_enforced = any(hello.enforces_reset_order for hello in hellos)
+        self.metadata = dict(hellos[0].metadata)
         self.metadata["autoreset_mode"] = self.autoreset_mode
-        self.render_mode = hellos[0][3]
+        self.render_mode = hellos[0].render_mode
         self.single_action_space = first_act_space
         self.action_space = batch_space(first_act_space, self.num_envs)
         mode = self.observation_mode
@@ -694,7 +695,7 @@ class FastVectorEnv(WorkerVectorEnv):
             if worker_mask is not None and not any(worker_mask):
                 self._staging.clear_infos(rows)
                 continue
-            self._pool.dispatch(w, "reset", (seeds[rows], options, worker_mask))
+            self._pool.dispatch(w, PipeCommand.RESET, (seeds[rows], options, worker_mask))
             pending[w] = 1
             if worker_mask is not None:
                 self._left_out[rows] = ~np.asarray(worker_mask, dtype=np.bool_)

@@ -121,7 +121,7 @@ cdef inline void _publish(uint32_t *word, uint32_t value, uint32_t *sleeping) no
 
 # The functions below run on every step: they take the control block and the
 # worker masks as plain ndarrays and check them with a few C comparisons, since
-# acquiring a typed memoryview costs more (0.3-0.5 µs each) than their work.
+# acquiring a typed memoryview costs more than their work.
 cdef inline uint32_t *_row(uint32_t *ctrl, Py_ssize_t w) noexcept nogil:
     return ctrl + w * <int>ROW_WORDS
 

@@ -22,13 +22,14 @@ def check_env_fns(env_fns: Any, owner: str, builds: str = "an env") -> list:
         TypeError: ``env_fns`` is not a sequence (a string counts as none), is empty, or holds
             something that is not callable.
     """
-    if isinstance(env_fns, (str, bytes)):
-        env_fns = None
     try:
-        env_fns = list(env_fns)
+        if isinstance(env_fns, (str, bytes)):  # (a sequence, of characters)
+            raise TypeError
+        fns = list(env_fns)
     except TypeError:
         raise TypeError(f"{owner}: env_fns must be a sequence of callables that each build {builds}, "
                         f"got {type(env_fns).__name__}") from None
+    env_fns = fns
     if not env_fns:
         raise TypeError(f"{owner}: env_fns is empty; it needs at least one callable that builds {builds}")
     for k, fn in enumerate(env_fns):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from fastvec.vector._block.protocol import RECOVERABLE
+from fastvec.vector._block.messages import PipeCommand
 from fastvec.vector._worker.process import Worker
 from fastvec.vector._caller.worker_faults import RecoverableError, in_caller
 
@@ -35,13 +36,14 @@ class CallerShare:
         self.outcome: Any = None
         self._job: tuple | None = None  # (phase, method, args) to run at the next wait
         self._step_job = ("step", worker.step, ())
-        self._methods = {"reset": worker.reset, "call": worker.call, "setattr": worker.set_attr}
+        self._methods = {PipeCommand.RESET: worker.reset, PipeCommand.CALL: worker.call,
+                         PipeCommand.SETATTR: worker.set_attr}
         self._on_fatal = on_fatal
 
     # -- commands (as RemoteWorker's) ----------------------------------------------------------
-    def dispatch(self, name: str, payload: tuple) -> None:
-        """Queue the pipe command ``name`` (reset, call, setattr), run at the next wait."""
-        self._job = (name, self._methods[name], payload)
+    def dispatch(self, command: PipeCommand, payload: tuple) -> None:
+        """Queue the pipe command ``command`` (reset, call, setattr), run at the next wait."""
+        self._job = (command.value, self._methods[command], payload)
 
     def start_step(self, chunk: list | None = None, actions=None) -> None:
         """Queue a step: actions from the shared slabs, or one per env in ``chunk``, or this

@@ -34,11 +34,12 @@ from fastvec.vector._block.protocol import STATUS_OK as _OK
 from fastvec.host import usable_cpus
 from fastvec.vector._caller.remote_worker import RemoteWorker, end_workers
 from fastvec.vector._block.restarts import Restarts
+from fastvec.vector._block.messages import Attach, ErrorReport, Hello, PipeCommand
 from fastvec.vector._block.shared_buffer import Section, SharedBuffer
 from fastvec.vector._block.stats import StatsRegion
 from fastvec.vector._wait.openmp import OpenMPIdleThreads
-from fastvec.vector._wait.policy import MAX_THINK_S, MIN_THINK_FOR_RELEASE_S, THINK_WINDOW_S, CallerWaits, WaitSettings
-from fastvec.vector._worker.process import REBUILD_PHASE, Worker, enforces_reset_order
+from fastvec.vector._wait.policy import CallerWaits, WaitSettings
+from fastvec.vector._worker.process import REBUILD_PHASE, Worker, hello
 from fastvec.vector._caller.worker_faults import (RecoverableError, in_caller, log_failed_workers, remote_exception,
                                                   start_method_hint, worker_died)
 
@@ -100,14 +101,7 @@ class WorkerPool:
         self.openmp = OpenMPIdleThreads(park=waits.park) if waits.openmp else None
         # Checked for settings bound to be slow once the caller is first seen busy (slow_settings)
         self._settings = {"pin_workers": pin_workers, "release_openmp_threads": release_openmp_threads}
-        # The caller's time between a step's results and its next step while it keeps more
-        # than one core busy, a running mean published to the workers (see step_started);
-        # _last_done is None until a first step has ended.
-        self._think_mean = 0.0
-        self._gap_mean = 0.0  # the same, on any number of cores
-        self._last_done: float | None = None
         self._next_alive_check = 0.0  # when wait_some next checks that its workers run
-        self._last_done_cpu = 0.0
         self.ctrl: np.ndarray | None = None
         #: weak references to what else holds views of the shared block, each released
         #: (``release()``) at shutdown (weak: the holders refer to the pool, and a cycle would
@@ -153,9 +147,8 @@ class WorkerPool:
             pin = processes > len(cpus)
         return [cpus[w % len(cpus)] if pin and cpus else None for w in self.all_workers]
 
-    def hellos(self) -> list[tuple]:
-        """Every worker's ("spaces", [(obs space, action space) per env], metadata, render
-        mode, whether an env of it refuses a step before its first reset), in worker order;
+    def hellos(self) -> list[Hello]:
+        """Every worker's :class:`~fastvec.vector._block.messages.Hello`, in worker order;
         builds the caller's own share of the envs first, if any."""
         hellos = []
         if self.step_in_caller:
@@ -165,10 +158,7 @@ class WorkerPool:
                 except BaseException as exc:
                     annotate(exc, k, f"raised by env {k}'s constructor in the calling process.")
                     raise
-            first = self._local_envs[0]
-            hellos.append(("spaces", [(e.observation_space, e.action_space) for e in self._local_envs],
-                           dict(first.metadata), first.render_mode,
-                           any(map(enforces_reset_order, self._local_envs))))
+            hellos.append(hello(self._local_envs))
         for w in self.remote_workers:
             try:
                 message = self.recv(w)
@@ -177,7 +167,7 @@ class WorkerPool:
                 if hint:
                     error.args = (f"{error.args[0]}{hint}",) + error.args[1:]
                 raise
-            if message[0] == "error":
+            if isinstance(message, ErrorReport):
                 self.raise_remote(w, message)
             hellos.append(message)
         return hellos
@@ -194,13 +184,13 @@ class WorkerPool:
             self.stats = StatsRegion.initialize(
                 buffer["stats"], [stop - start for start, stop in zip(self.starts, self.stops)], os.getpid())
             self.views.append(weakref.ref(self.stats))  # (released at shutdown)
-        self._attach_message = ("attach", sections, size, obs_layout, act_layout)
+        self._attach_message = Attach(sections, size, obs_layout, act_layout)
         for worker in self._remote:
             protocol.send(worker.pipe, self._attach_message)
             buffer.send(worker.pipe, worker.pid)
         for w in self.remote_workers:
             message = self.recv(w)
-            if message[0] == "error":
+            if isinstance(message, ErrorReport):
                 self.raise_remote(w, message)
         if self.restarts is None and not stats:
             buffer.release_fd()  # every worker has mapped it: from now on only mappings keep it
@@ -225,16 +215,18 @@ class WorkerPool:
         return f"{self.starts[w]}..{self.stops[w] - 1}"
 
     # -- commands ---------------------------------------------------------------------------
-    def dispatch(self, w: int, name: str, payload: tuple) -> None:
-        """Hand worker ``w`` a pipe command (the caller's own share runs it at the next wait)."""
+    def dispatch(self, w: int, command: PipeCommand | str, payload: tuple) -> None:
+        """Hand worker ``w`` a pipe command (a :class:`PipeCommand` or its value; the caller's
+        own share runs it at the next wait)."""
+        command = PipeCommand(command)
         worker = self.workers[w]
         worker.forget()
         self._in_step = False
-        if name == "reset" and self.restarts is not None:
+        if command is PipeCommand.RESET and self.restarts is not None:
             self._resets_out[w] = payload
         else:
             self._resets_out.clear()
-        worker.dispatch(name, payload)
+        worker.dispatch(command, payload)
 
     def forget_abandoned(self, workers) -> None:
         """Drop what a wait that was interrupted and then given up kept for ``workers``' last
@@ -326,9 +318,7 @@ class WorkerPool:
     def record_command_time(self, started: float) -> None:
         """Add the command sent at ``started`` to the running mean of how long commands take,
         the caller's own share included: the next wait's spin (see :meth:`_wait_until_done`)."""
-        self._last_done = now = time.perf_counter()
-        self._last_done_cpu = time.process_time()
-        self.waits.record(started, now)
+        self.waits.record(started)
 
     def step_started(self, now: float, workers=None, lockstep: bool = True) -> None:
         """A step's commands are about to go out at ``now`` (to ``workers``; default: all;
@@ -339,9 +329,8 @@ class WorkerPool:
         (:mod:`fastvec.vector._wait.openmp`), which would otherwise spin on the cores the workers
         are about to need.
 
-        Only time on more than ~1.5 cores counts: a caller computing on one thread (a small
-        policy's forward pass) leaves a core free, and a worker spinning there costs it
-        nothing while sparing a wake-up. The release comes before the hand-off because an
+        What counts as the caller's time between steps is the policy's
+        (:meth:`CallerWaits.between_steps`). The release comes before the hand-off because an
         OpenMP thread that has to share a core with a stepping worker can take milliseconds
         to leave, and the caller waits for it (``docs/vector.md``)."""
         self._in_step = True
@@ -353,19 +342,14 @@ class WorkerPool:
             for w in workers:
                 self._resets_out.pop(w, None)
         self._step_sent = now
-        wall = None if self._last_done is None else now - self._last_done
+        wall = self.waits.between_steps(now)
         if wall is not None:
-            busy_cores = (time.process_time() - self._last_done_cpu) / wall if wall > 0 else 0.0
-            # (capped: one long pause, an update between rollouts, counts as long, not as forever)
-            think = min(wall, MAX_THINK_S) if busy_cores > 1.5 else 0.0
-            self._think_mean += 0.25 * (think - self._think_mean)
-            self._gap_mean += 0.25 * (min(wall, MAX_THINK_S) - self._gap_mean)
-            handoff.publish_caller_think(self.ctrl, self._think_mean, self._gap_mean)
-            if self._settings is not None and self._think_mean >= THINK_WINDOW_S:
+            handoff.publish_caller_think(self.ctrl, self.waits.think_mean, self.waits.gap_mean)
+            if self._settings is not None and self.waits.caller_computes():
                 warn_slow_settings_once(**self._settings)
                 self._settings = None
         if self.openmp is not None:
-            if wall is None or wall >= MIN_THINK_FOR_RELEASE_S:
+            if self.waits.release_before_step(wall):
                 self.openmp.release(lockstep)
             else:
                 self.openmp.no_region(lockstep)
@@ -583,11 +567,10 @@ class WorkerPool:
         started again instead, while the budget lasts: returns them."""
         if self._in_step and self.restarts is not None:
             for k, (w, report) in enumerate(errors):
-                if report[2] == REBUILD_PHASE or not self._restartable():
+                if report.phase == REBUILD_PHASE or not self._restartable():
                     errors = errors[k:]
                     break
-                _, env_index, phase, type_name, text, trace, _ = report
-                self.restart_worker(w, f"{type_name}: {text} (env {env_index})", trace)
+                self.restart_worker(w, f"{report.type_name}: {report.text} (env {report.env_index})", report.trace)
             else:
                 return [w for w, _ in errors]
         log_failed_workers(errors, self.starts)
@@ -644,14 +627,14 @@ class WorkerPool:
         block = self._buffers[0]
         rows = slice(self.starts[w], self.stops[w])
         if self._autoreset_mode is AutoresetMode.SAME_STEP:
-            new.dispatch("reset", ([None] * len(envs), None, None))  # (None: each env's derived seed)
+            new.dispatch(PipeCommand.RESET, ([None] * len(envs), None, None))  # (None: each env's derived seed)
             only_w = np.zeros(self.num_workers, dtype=np.uint8)
             only_w[w] = 1
             while handoff.wait_all_done(self.ctrl, only_w, self.waits.parent_spin_s, LIVENESS_INTERVAL, 0.0) >= 0:
                 self.check_alive(w)
             if handoff.status(self.ctrl, w) not in (_OK, _INFOS):
                 reply = self.recv(w)
-                if reply[0] == "error":
+                if isinstance(reply, ErrorReport):
                     self.raise_remote(w, reply)
                 new.received = reply
         else:
@@ -670,7 +653,7 @@ class WorkerPool:
         _, options, _ = self._resets_out.pop(w)
         new = self._replace_process(w, envs, error, "", in_reset=True)
         again = ([None] * len(envs), options, None)  # (None: each env's derived seed)
-        new.dispatch("reset", again)
+        new.dispatch(PipeCommand.RESET, again)
         self._resets_out[w] = again
 
     def _replace_process(self, w: int, envs: list[int], error: str, trace: str, in_reset: bool) -> RemoteWorker:
@@ -696,7 +679,7 @@ class WorkerPool:
                 protocol.send(new.pipe, message)
                 self._buffers[0].send(new.pipe, new.pid)
             reply = self.recv(w)
-            if reply[0] == "error":
+            if isinstance(reply, ErrorReport):
                 self.raise_remote(w, reply)
         self._resets_out = resets_out
         new.ctrl, new.stats = self.ctrl, self.stats

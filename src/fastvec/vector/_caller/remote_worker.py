@@ -17,6 +17,7 @@ import numpy as np
 from gymnasium.vector.utils import CloudpickleWrapper
 
 from fastvec.vector._block import handoff, protocol
+from fastvec.vector._block.messages import PipeCommand, PipeRequest
 from fastvec.vector._block.protocol import CMD_PIPE as _PIPE
 from fastvec.vector._block.protocol import CMD_STEP as _STEP
 from fastvec.vector._block.protocol import CMD_STEP_PIPE as _STEP_PIPE
@@ -84,9 +85,9 @@ class RemoteWorker:
             child_pipe.close()
 
     # -- commands ---------------------------------------------------------------------------
-    def dispatch(self, name: str, payload: tuple) -> None:
-        """Start the pipe command ``name`` (reset, call, setattr) with ``payload``."""
-        self._count(protocol.send(self.pipe, (name, payload)))
+    def dispatch(self, command: PipeCommand, payload: tuple) -> None:
+        """Start the pipe command ``command`` (reset, call, setattr) with ``payload``."""
+        self._count(protocol.send(self.pipe, PipeRequest(command, payload)))
         handoff.send_command(self.ctrl, self.index, _PIPE)
 
     def start_step(self, chunk: list | None = None, actions=None) -> None:

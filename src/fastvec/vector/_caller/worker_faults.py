@@ -15,6 +15,7 @@ import signal
 from gymnasium import logger
 
 from fastvec.errors import RemoteTraceback, WorkerDiedError, WorkerError, annotate
+from fastvec.vector._block.messages import ErrorReport
 
 __all__ = ["RecoverableError", "log_failed_workers", "remote_exception", "worker_died", "in_caller"]
 
@@ -69,17 +70,17 @@ def start_method_hint(start_method: str | None) -> str:
 def log_failed_workers(errors: list, starts: list[int]) -> None:
     """Log each failed worker's error as AsyncVectorEnv does (``errors``: (worker, report) pairs)."""
     for w, report in errors:
-        env_index = report[1] if report[1] is not None else starts[w]
+        env_index = report.env_index if report.env_index is not None else starts[w]
         logger.error(f"Received the following error from Worker-{env_index} - Shutting it down")
-        logger.error(f"{report[5]}")
+        logger.error(f"{report.trace}")
     logger.error("Raising the last exception back to the main process.")
 
 
-def remote_exception(w: int, report: tuple, env_range: str, closed: bool) -> tuple[BaseException, BaseException | None]:
+def remote_exception(w: int, report: ErrorReport, env_range: str, closed: bool) -> tuple[BaseException, BaseException | None]:
     """The exception worker ``w`` (envs ``env_range``) reported, annotated with where it was
     raised, and its cause (the worker's traceback): ``raise exc from cause``. ``closed``: the
     vector env is closed by it (said in the note)."""
-    _, env_index, phase, type_name, text, trace, payload = report
+    env_index, phase, type_name, text, trace, payload = report
     where = f"env {env_index}" if env_index is not None else f"worker {w} (envs {env_range})"
     note = f"raised by {where} in FastVectorEnv worker {w} during {phase}" + ("; the vector env is closed." if closed else ".")
     exc = None

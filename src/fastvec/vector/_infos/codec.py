@@ -3,7 +3,8 @@
 Real envs return an info dict on every step (MuJoCo: ``x_position``, ``reward_ctrl``, ...;
 Atari: ``lives``, ``frame_number``; ``RecordEpisodeStatistics``: ``episode = {r, l, t}``).
 Pickling those dicts through a pipe and merging them env by env with
-``VectorEnv._add_info`` cost more than half of a 2-core machine on HalfCheetah. Here:
+``VectorEnv._add_info`` costs more than the env steps of a fast env such as a MuJoCo one
+(docs/benchmarks.md, "Figures behind the code"). Here:
 
 **Signatures.** What an env contributed to the infos in one command is described by a
 signature: the keys of its info dict(s) in order and, per value, its kind (a Python

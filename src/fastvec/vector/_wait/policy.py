@@ -36,13 +36,13 @@ WAIT_POLICIES = ("auto", "release", "block")
 MAX_SPIN_S = 1e-3
 # The longest a waiting worker on another CPU than the caller's spins, while the caller
 # computes on one core between steps: through a small policy's forward pass and an env-side
-# Python step (SB3's collect_rollouts), about 0.5 to 1.5 ms. On a virtual machine a worker
+# Python step (SB3's collect_rollouts), a millisecond or so. On a virtual machine a worker
 # woken on a CPU that has been idle for a millisecond starts hundreds of microseconds after
 # the command (the vCPU went back to the host), one still spinning at once
 # (docs/benchmarks.md, "Idle CPUs wake slowly").
 OTHER_CPU_SPIN_S = 4e-3
 # A caller that spends longer than this between steps is computing (a policy's forward pass
-# takes 100 µs and more in torch), and waiting workers block at once: spinning would take the
+# takes longer than this in torch), and waiting workers block at once: spinning would take the
 # cores it computes on.
 THINK_WINDOW_S = 100e-6
 
@@ -167,6 +167,10 @@ class CallerWaits:
         >>> waits.record(started=0.0, now=100e-6)
         >>> 0 < waits.tail_spin_s() <= MAX_TAIL_SPIN_S
         True
+        >>> waits.between_steps(now=2.1e-3)  # (the next step, 2 ms after that command ended)
+        0.002
+        >>> round(waits.gap_mean * 1e6)  # (a running mean: a quarter of the way there)
+        500
     """
 
     def __init__(self, settings: WaitSettings) -> None:
@@ -174,12 +178,49 @@ class CallerWaits:
         self.parent_spin_s = settings.parent_spin_s
         #: how long commands took, a running mean (seconds)
         self.mean = settings.parent_spin_s
+        #: the caller's time between a step's results and its next step while it keeps more
+        #: than one core busy ("thinks"), and the same on any number of cores ("gap"): running
+        #: means (seconds) the workers' spins are chosen by (``_worker_spin.pxd``)
+        self.think_mean = 0.0
+        self.gap_mean = 0.0
+        self._last_done: float | None = None  # (None until a first command has ended)
+        self._last_done_cpu = 0.0
 
     def record(self, started: float, now: float | None = None) -> None:
-        """Add a command sent at ``started`` and done at ``now`` to the running mean."""
+        """Add a command sent at ``started`` and done at ``now`` to the running mean; ``now``
+        is also where the caller's time between steps starts (:meth:`between_steps`)."""
         if now is None:
             now = time.perf_counter()
         self.mean += 0.125 * (min(now - started, 4 * MAX_TAIL_SPIN_S) - self.mean)
+        self._last_done, self._last_done_cpu = now, time.process_time()
+
+    def between_steps(self, now: float) -> float | None:
+        """A step starts at ``now``: fold the caller's time since the last command ended into
+        :attr:`think_mean` and :attr:`gap_mean`, and return it (None before any command ended).
+
+        Only time on more than ~1.5 cores counts as thinking: a caller computing on one
+        thread (a small policy's forward pass) leaves a core free, and a worker spinning there
+        costs it nothing while sparing a wake-up. One long pause (an update between rollouts)
+        counts as :data:`MAX_THINK_S`, not as forever."""
+        if self._last_done is None:
+            return None
+        wall = now - self._last_done
+        busy_cores = (time.process_time() - self._last_done_cpu) / wall if wall > 0 else 0.0
+        think = min(wall, MAX_THINK_S) if busy_cores > 1.5 else 0.0
+        self.think_mean += 0.25 * (think - self.think_mean)
+        self.gap_mean += 0.25 * (min(wall, MAX_THINK_S) - self.gap_mean)
+        return wall
+
+    def caller_computes(self) -> bool:
+        """Whether the caller keeps more than one core busy between steps for long enough
+        that a worker spinning meanwhile would take a core it computes on."""
+        return self.think_mean >= THINK_WINDOW_S
+
+    def release_before_step(self, wall: float | None) -> bool:
+        """Whether the caller's idle OpenMP threads are released before this step (``wall``:
+        :meth:`between_steps`'s): after a first step, only when the caller was away long
+        enough for its runtimes' pools to have started (a back-to-back caller's are idle)."""
+        return wall is None or wall >= MIN_THINK_FOR_RELEASE_S
 
     def tail_spin_s(self) -> float:
         """How long the caller spins for the last workers once a core has come free (the

@@ -6,7 +6,7 @@ envs one after the other. The envs are Python objects, so this loop holds the
 GIL; what it removes is the interpreter's glue between two ``env.step`` calls
 (bytecode dispatch, tuple unpacking, list stores, and three list-to-array
 conversions at the end), which after a long env step runs from cold caches
-and cost a 50 µs env about 5 µs per step. Rewards and flags go straight into
+and costs a short env a tenth of its step or so (docs/benchmarks.md, "Figures behind the code"). Rewards and flags go straight into
 the shared slabs.
 
 The semantics are SyncVectorEnv's, statement for statement: ``env.step`` and

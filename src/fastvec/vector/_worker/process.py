@@ -38,6 +38,7 @@ from fastvec.vector._block.protocol import STATUS_INFOS as _INFOS
 from fastvec.vector._block.protocol import STATUS_MESSAGE as _MESSAGE
 from fastvec.vector._block.protocol import STATUS_OK as _OK
 from fastvec.vector._block.restarts import RestartState, derived_seed
+from fastvec.vector._block.messages import Attach, ErrorReport, Hello, PipeCommand, Ready
 from fastvec.vector._block.shared_buffer import SharedBuffer, receive
 from fastvec.vector._block.stats import MAGIC, StatsRegion
 from fastvec.vector._worker.command_loop import StepServer, step_bucket, watch_parent
@@ -443,7 +444,14 @@ def enforces_reset_order(env: Any) -> bool:
     return False
 
 
-def error_report(exc: BaseException, env_index: int | None, phase: str) -> tuple:
+def hello(envs: list) -> Hello:
+    """What a worker (or the caller, for its own share) says of its envs once they are built."""
+    first = envs[0]
+    return Hello([(env.observation_space, env.action_space) for env in envs], dict(first.metadata),
+                 first.render_mode, any(map(enforces_reset_order, envs)))
+
+
+def error_report(exc: BaseException, env_index: int | None, phase: str) -> ErrorReport:
     """What a worker sends when a command raised: enough to re-raise it in the caller."""
     import pickle
 
@@ -452,7 +460,7 @@ def error_report(exc: BaseException, env_index: int | None, phase: str) -> tuple
         payload = pickle.dumps(exc)
     except Exception:
         payload = None
-    return ("error", env_index, phase, type(exc).__qualname__, str(exc), text, payload)
+    return ErrorReport(env_index, phase, type(exc).__qualname__, str(exc), text, payload)
 
 
 def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: int,
@@ -492,15 +500,14 @@ def worker_main(index: int, env_fns, first: int, pipe, parent_pipe, parent_pid: 
             protocol.send(pipe, error_report(exc, first + len(envs), "the env constructor"))
             return
         first_env = envs[0]
-        protocol.send(pipe, ("spaces", [(env.observation_space, env.action_space) for env in envs],
-                              dict(first_env.metadata), first_env.render_mode, any(map(enforces_reset_order, envs))))
+        protocol.send(pipe, hello(envs))
         message = pipe.recv()
-        if message[0] != "attach":
+        if not isinstance(message, Attach):
             return
-        _, sections, size, obs_layout, act_layout = message
-        buffer = SharedBuffer(sections, size, fd=receive(pipe))
-        worker = Worker(index, envs, first, autoreset_mode, buffer, obs_layout, act_layout, restart, env_fns)
-        protocol.send(pipe, ("ready",))
+        buffer = SharedBuffer(message.sections, message.size, fd=receive(pipe))
+        worker = Worker(index, envs, first, autoreset_mode, buffer, message.obs_layout, message.act_layout, restart,
+                        env_fns)
+        protocol.send(pipe, Ready())
         _serve(worker, buffer["ctrl"], pipe, waits, parent_alive, follow_caller)
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the caller went away
@@ -553,16 +560,16 @@ def _serve(worker: Worker, ctrl: np.ndarray, pipe, waits: WorkerWaits, parent_al
                 elif command == _STEP_PIPE:
                     status, reply = worker.step(pipe.recv())
                 elif command == Command.PIPE:
-                    name, payload = pipe.recv()
-                    phase = name
-                    if name == "reset":
-                        status, reply = worker.reset(*payload)
-                    elif name == "call":
-                        status, reply = worker.call(*payload)
-                    elif name == "setattr":
-                        status, reply = worker.set_attr(*payload)
+                    request = pipe.recv()
+                    phase = request.command.value
+                    if request.command is PipeCommand.RESET:
+                        status, reply = worker.reset(*request.payload)
+                    elif request.command is PipeCommand.CALL:
+                        status, reply = worker.call(*request.payload)
+                    elif request.command is PipeCommand.SETATTR:
+                        status, reply = worker.set_attr(*request.payload)
                     else:
-                        raise ValueError(f"unknown worker command {name!r}")
+                        raise ValueError(f"unknown worker command {request.command!r}")
                 elif command == Command.CLOSE:
                     handoff.finish_command(ctrl, index, seq, Status.OK)
                     return
