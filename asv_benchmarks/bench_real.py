@@ -1,4 +1,4 @@
-"""asv: real workloads (MuJoCo, Atari Pong) on every vector backend, and the limit of the cores.
+"""asv: real workloads (MuJoCo, Atari Pong and Breakout) on every vector backend, and the limit of the cores.
 
 ``RealStep.time_step`` is the time of ``STEPS`` vector steps; compare it across
 ``backend`` for the same workload and ``num_envs``. ``RealLimit.track_sps`` is what
@@ -7,7 +7,7 @@ second together. ``python -m fastvec.bench real`` prints the same cases as table
 
 Skipped (NotImplementedError in setup) where the `real` extra (gymnasium[mujoco],
 ale-py, OpenCV) or a backend's package (stable-baselines3, envpool) is missing; the
-ale-py vector env runs Pong only. asv's own environments hold only the core
+ale-py vector env runs the Atari games only. asv's own environments hold only the core
 dependencies: run these in an environment that has them (``asv run --python=same``).
 """
 try:

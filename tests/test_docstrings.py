@@ -40,16 +40,19 @@ MODULES = [
     "fastvec.vector._wait.openmp",
     "fastvec.vector._wait.policy",
     "fastvec.vector._worker.command_loop",
+    "fastvec.vector._worker.compiled_stacks",
     "fastvec.vector._worker.process",
     "fastvec.vector.fast_vector_env",
     "fastvec.vector.multi_agent_vector_env",
     "fastvec.vector.native_vector_env",
 ]
 # Modules whose examples run in another test module, next to what they need there.
-RUN_ELSEWHERE = {"fastvec.ray", "fastvec.ray.vector_env"}  # tests/test_ray.py, on its Ray cluster
+RUN_ELSEWHERE = {"fastvec.ray", "fastvec.ray.vector_env",  # tests/test_ray.py, on its Ray cluster
+                 # tests/test_atari_stack.py, where ale-py and OpenCV are
+                 "fastvec.atari", "fastvec.atari.env", "fastvec.atari.recognise"}
 # The optional extras a module's examples need.
 NEEDS = {"fastvec.integrations": "stable_baselines3", "fastvec.integrations.sb3": "stable_baselines3",
-         "fastvec.torch.cartpole": "torch"}
+         "fastvec.torch.cartpole": "torch", "fastvec.vector._worker.compiled_stacks": "ale_py"}
 
 
 @pytest.fixture

@@ -62,17 +62,22 @@ def make_mujoco(env_id: str) -> gym.Env:
     return gym.make(env_id)
 
 
-def make_pong() -> gym.Env:
-    """Atari Pong with the usual DQN-style preprocessing (needs ale-py and OpenCV).
+def make_atari(game: str) -> gym.Env:
+    """An Atari game with the usual DQN-style preprocessing (needs ale-py and OpenCV).
 
-    ``PongNoFrameskip-v4`` (every frame, no sticky actions), then Gymnasium's
+    ``<game>NoFrameskip-v4`` (every frame, no sticky actions), then Gymnasium's
     ``AtariPreprocessing`` (up to 30 no-ops on reset, 4 frames per step max-pooled
     over the last two, 84x84 grayscale, episodes end only at game over) and a stack
-    of the last 4 frames: observations ``(4, 84, 84)`` uint8, 6 actions.
+    of the last 4 frames: observations ``(4, 84, 84)`` uint8.
     """
     import ale_py
 
     gym.register_envs(ale_py)
-    env = gym.make("PongNoFrameskip-v4")
+    env = gym.make(f"{game}NoFrameskip-v4")
     env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84, terminal_on_life_loss=False)
     return gym.wrappers.FrameStackObservation(env, 4)
+
+
+def make_pong() -> gym.Env:
+    """Pong as :func:`make_atari` builds it: 6 actions."""
+    return make_atari("Pong")

@@ -1,4 +1,4 @@
-"""Real workloads: MuJoCo and Atari Pong on every vector backend, against the limit of the cores.
+"""Real workloads: MuJoCo and Atari (Pong, Breakout) on every vector backend, against the limit of the cores.
 
 Each workload runs at 8 and 16 envs on SyncVectorEnv, AsyncVectorEnv, SB3's
 SubprocVecEnv (when installed) and FastVectorEnv in both stepping modes. Next to
@@ -42,7 +42,7 @@ except ModuleNotFoundError as exc:
 import gymnasium as gym
 import numpy as np
 
-from fastvec._bench.envs import BusyEnv, make_mujoco, make_pong
+from fastvec._bench.envs import BusyEnv, make_atari, make_mujoco
 from fastvec._bench.vector import step_rate
 from fastvec.bench import fmt_rate, interleaved_rates, print_table
 from fastvec.host import usable_cpus
@@ -58,24 +58,20 @@ class Workload:
     transitions: int  # env transitions per backend and round in --quick (4x in full mode)
     envpool_id: str
     envpool_kwargs: dict = field(default_factory=dict)
-    ale_game: str | None = None  # ale-py's AtariVectorEnv reference, configured like make_pong
+    ale_game: str | None = None  # ale-py's AtariVectorEnv reference, configured like make_atari
 
+
+# make_atari's settings in EnvPool's names (its defaults differ in use_fire_reset).
+_ATARI_ENVPOOL = dict(frame_skip=4, noop_max=30, img_height=84, img_width=84, gray_scale=True, stack_num=4,
+                      episodic_life=False, reward_clip=False, use_fire_reset=False, repeat_action_probability=0.0,
+                      max_episode_steps=27000)
 
 WORKLOADS = (
     Workload("HalfCheetah-v5", functools.partial(make_mujoco, "HalfCheetah-v5"), 4000, "HalfCheetah-v5"),
     # Hopper: about 2.5x HalfCheetah's step time here, and an episode ends every ~25 random steps (autoreset).
     Workload("Hopper-v5", functools.partial(make_mujoco, "Hopper-v5"), 2000, "Hopper-v5"),
-    Workload(
-        "PongNoFrameskip-v4, preprocessed",
-        make_pong,
-        400,
-        "Pong-v5",
-        # make_pong's settings in EnvPool's names (its defaults differ in use_fire_reset).
-        dict(frame_skip=4, noop_max=30, img_height=84, img_width=84, gray_scale=True, stack_num=4,
-             episodic_life=False, reward_clip=False, use_fire_reset=False, repeat_action_probability=0.0,
-             max_episode_steps=27000),
-        ale_game="pong",
-    ),
+    *(Workload(f"{game}NoFrameskip-v4, preprocessed", functools.partial(make_atari, game), 400, f"{game}-v5",
+               _ATARI_ENVPOOL, ale_game=game.lower()) for game in ("Pong", "Breakout")),
 )
 
 
@@ -239,7 +235,7 @@ def make_backend(name: str, workload: Workload, num_envs: int):
             raise ValueError(f"{name} runs Atari games only, not {workload.label}")
         from ale_py.vector_env import AtariVectorEnv
 
-        # make_pong's settings in ale-py's names (its defaults differ in reward_clipping and use_fire_reset).
+        # make_atari's settings in ale-py's names (its defaults differ in reward_clipping and use_fire_reset).
         return AtariVectorEnv(workload.ale_game, num_envs, num_threads=threads, frameskip=4, img_height=84,
                               img_width=84, grayscale=True, stack_num=4, maxpool=True, noop_max=30,
                               episodic_life=False, reward_clipping=False, use_fire_reset=False,

@@ -27,6 +27,7 @@ from fastvec.host import usable_cpus
 from fastvec.vector._caller.pool import WorkerPool
 from fastvec.vector._block.batch_tree import copy_batch, put_rows
 from fastvec.vector._block.messages import Hello, PipeCommand
+from fastvec.vector._worker.compiled_stacks import StackCompiler
 from fastvec.vector._caller.step_io import Staging, layouts
 from fastvec.vector._block.stats import summarize
 from fastvec.vector._caller.compiled_step import StepDriver
@@ -179,6 +180,12 @@ class FastVectorEnv(WorkerVectorEnv):
             each worker's env time and waits, the caller's time in and between steps.
             :meth:`stats` reads them, and so does ``python -m fastvec.monitor PID`` from
             another process. False: nothing is counted. See ``docs/monitor.md``.
+        compile_wrappers: run the wrapper stacks fastvec recognises compiled in the workers,
+            with outputs identical to the Python wrappers' (default True): today Gymnasium's
+            ``AtariPreprocessing`` (and a ``FrameStackObservation`` directly on it) over
+            ale-py's ``AtariEnv``; wrappers above them stay Python. :attr:`compiled_wrappers`
+            says, per env, what was compiled or why not. ``False``: every env runs as its
+            ``env_fn`` built it. See ``docs/atari.md``.
 
     Raises:
         TypeError: ``env_fns`` is not a non-empty sequence of callables, or bad
@@ -225,6 +232,7 @@ class FastVectorEnv(WorkerVectorEnv):
         max_restarts: int = 100,
         step_timeout: float | None = None,
         stats: bool = True,
+        compile_wrappers: bool = True,
     ) -> None:
         if sys.platform == "win32":
             # Its workers get the shared block by file-descriptor passing (SCM_RIGHTS) and are
@@ -234,6 +242,7 @@ class FastVectorEnv(WorkerVectorEnv):
                 "gymnasium.vector.AsyncVectorEnv, fastvec.NativeVectorEnv (compiled envs) or WSL")
         env_fns = check_env_fns(env_fns, type(self).__name__)
         self.env_fns = env_fns
+        self.compile_wrappers = bool(compile_wrappers)
         self.num_envs = len(env_fns)
         if num_workers is None:
             num_workers = min(len(usable_cpus()), self.num_envs)
@@ -265,7 +274,8 @@ class FastVectorEnv(WorkerVectorEnv):
                                                   step_in_caller=self.step_in_caller)
         self.wait = wait
 
-        self._pool = WorkerPool(self, env_fns, self.num_workers, autoreset_mode=self.autoreset_mode,
+        built_by = [StackCompiler(fn) for fn in env_fns] if self.compile_wrappers else env_fns
+        self._pool = WorkerPool(self, built_by, self.num_workers, autoreset_mode=self.autoreset_mode,
                                 step_in_caller=self.step_in_caller, context=context, daemon=daemon,
                                 waits=self.wait_settings, pin_workers=pin_workers,
                                 release_openmp_threads=bool(release_openmp_threads),
@@ -330,6 +340,10 @@ class FastVectorEnv(WorkerVectorEnv):
         self.metadata = dict(hellos[0].metadata)
         self.metadata["autoreset_mode"] = self.autoreset_mode
         self.render_mode = hellos[0].render_mode
+        #: per env: ``"compiled: <what>"`` (its wrapper stack runs compiled in its worker),
+        #: ``"not compiled: <why>"`` (a stack of a kind fastvec compiles, left in Python), or
+        #: None (nothing of a kind fastvec compiles); see ``compile_wrappers``
+        self.compiled_wrappers: tuple[str | None, ...] = tuple(note for hello in hellos for note in hello.compiled)
         self.single_action_space = first_act_space
         self.action_space = batch_space(first_act_space, self.num_envs)
         mode = self.observation_mode

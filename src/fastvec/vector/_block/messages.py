@@ -48,6 +48,8 @@ class Hello(NamedTuple):
     render_mode: str | None
     #: whether an env refuses a step before its first reset (gymnasium.make's OrderEnforcing)
     enforces_reset_order: bool
+    #: per env, what became of its wrapper stack (``compiled_stacks.compile_note``)
+    compiled: list
 
 
 class Attach(NamedTuple):

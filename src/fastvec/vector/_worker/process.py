@@ -27,6 +27,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from fastvec.vector._block import handoff
+from fastvec.vector._worker.compiled_stacks import compile_note
 from fastvec.vector._worker.env_loop import EnvLoop
 from fastvec.vector._block import protocol
 from fastvec.vector._infos.codec import InfoWriter
@@ -448,7 +449,7 @@ def hello(envs: list) -> Hello:
     """What a worker (or the caller, for its own share) says of its envs once they are built."""
     first = envs[0]
     return Hello([(env.observation_space, env.action_space) for env in envs], dict(first.metadata),
-                 first.render_mode, any(map(enforces_reset_order, envs)))
+                 first.render_mode, any(map(enforces_reset_order, envs)), [compile_note(env) for env in envs])
 
 
 def error_report(exc: BaseException, env_index: int | None, phase: str) -> ErrorReport:
