@@ -21,7 +21,8 @@ WHEEL_TESTS_POSIX = ("test_native_kit.py", "test_openmp_fork.py", "test_shared.p
 SLOW_FILES = ("test_ray.py", "test_ray_restarts.py", "test_ray_infos.py", "test_ray_placement.py",
               "test_ray_torchrl.py", "test_ray_rllib.py", "test_bench_multiagent.py", "test_bench_hosts.py", "test_bench_train.py",
               "test_bench_real.py", "test_docs_snippets.py", "test_multiagent_example.py", "test_ppo_example.py",
-              "test_soak.py", "test_cleanrl_example.py", "test_atari_stack.py")
+              "test_soak.py", "test_cleanrl_example.py", "test_atari_stack.py",
+              "test_atari_resize.py")
 
 
 def pytest_collection_modifyitems(config, items):

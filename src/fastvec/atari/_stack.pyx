@@ -3,8 +3,9 @@
 One :class:`AtariStackCore` drives the ALE of an ale-py ``AtariEnv`` through ale-py's public
 Python API (``act``, ``getScreenGrayscale``/``getScreenRGB`` into preallocated arrays, ``lives``,
 ``game_over``, ``game_truncated``, the frame counters), in the order Gymnasium's wrappers call
-it, and computes the observation with the nogil kernels of ``_stack.pxd`` and ``cv2.resize``
-(``INTER_AREA``, called as the wrapper calls it). ``fastvec.atari.env.CompiledAtariEnv`` is the
+it, and computes the observation with the nogil kernels of ``_stack.pxd`` and OpenCV's
+``INTER_AREA`` resize: ``fastvec.atari._resize``'s kernel (the same bytes, without OpenCV) for
+grayscale screens at the sizes it reproduces, else ``cv2.resize`` called as the wrapper calls it. ``fastvec.atari.env.CompiledAtariEnv`` is the
 Gymnasium env around it; ``fastvec.atari.compile_stack`` builds both.
 """
 from libc.string cimport memcpy, memset
@@ -12,6 +13,10 @@ from libc.string cimport memcpy, memset
 import numpy as np
 
 cimport cython
+
+from fastvec.atari._resize cimport AreaResize
+
+from fastvec.atari._resize import unsupported as _area_unsupported
 
 
 cdef void max_pool(const pixel_t* a, const pixel_t* b,
@@ -82,6 +87,8 @@ cdef class AtariStackCore:
     cdef object _base, _inner, _time_limit, _skip_range, _action_set, _reset_needed
     cdef object _act, _grab, _lives, _game_over_fn, _truncated_fn, _ep_frame_fn, _frame_fn
     cdef object _resize, _area, _size
+    cdef AreaResize _area_plan           # the compiled INTER_AREA (None: cv2.resize)
+    cdef const pixel_t[:, ::1] _b0_2d    # buf0 as the kernel reads it (grayscale only)
     cdef int _base_skip
     cdef readonly int frame_skip, noop_max, stack_size
     cdef readonly bint terminal_on_life_loss, grayscale_obs, grayscale_newaxis, scale_obs
@@ -145,6 +152,10 @@ cdef class AtariStackCore:
         self._screen_n = self.buf0.size
 
         self._size = tuple(screen_size)
+        self._area_plan = None
+        if grayscale_obs and _area_unsupported((height, width), (self._size[1], self._size[0])) is None:
+            self._area_plan = AreaResize((height, width), (self._size[1], self._size[0]))
+            self._b0_2d = self.buf0
         self._resized_shape = (self._size[1], self._size[0]) + (() if grayscale_obs else (3,))
         self._frame_shape = self._resized_shape + ((1,) if grayscale_obs and grayscale_newaxis else ())
         self._frame_n = int(np.prod(self._resized_shape))
@@ -225,7 +236,11 @@ cdef class AtariStackCore:
                 self._resize_into(self._dst_views[self._head])
             return None
         if out is None:
-            frame = self._resize(self.buf0, self._size, interpolation=self._area)
+            if self._area_plan is not None:
+                frame = np.empty(self._resized_shape, np.uint8)
+                self._resize_into(frame)
+            else:
+                frame = self._resize(self.buf0, self._size, interpolation=self._area)
             if self.scale_obs:
                 out = np.empty(self._resized_shape, np.float32)
                 self._scale_into(frame, out)
@@ -241,6 +256,11 @@ cdef class AtariStackCore:
         return out
 
     cdef void _resize_into(self, object dst) except *:
+        cdef pixel_t[:, ::1] d
+        if self._area_plan is not None and dst.flags.c_contiguous and dst.dtype == np.uint8:
+            d = dst
+            if self._area_plan.resize_into(self._b0_2d, d) == 0:
+                return
         frame = self._resize(self.buf0, self._size, dst=dst, interpolation=self._area)
         if frame is not dst:  # cv2 made a new array after all: copy it in
             np.copyto(dst, frame)

@@ -1,0 +1,221 @@
+/* fastvec.atari._resize's kernel: OpenCV's INTER_AREA downscale of a uint8 image, its float
+ * operations in OpenCV's order (see _resize.pyx's docstring for the arithmetic), with SSSE3 /
+ * AVX2 gathers chosen at run time and a plain C loop elsewhere. Float contraction is off here:
+ * an FMA rounds once and would change the results. */
+#ifndef FV_AREA_RESIZE_H
+#define FV_AREA_RESIZE_H
+
+#include <stdint.h>
+#include <string.h>
+#include <stddef.h>
+#include <math.h>
+
+#if !defined(FV_NO_DISPATCH) && (defined(__x86_64__) || defined(__i386__)) \
+    && !defined(_WIN32) && !defined(__APPLE__) \
+    && ((defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 8))
+#define FV_AREA_DISPATCH 1
+#include <immintrin.h>
+#endif
+
+/* No a*b+c contraction into an FMA (one rounding instead of two) in these functions. */
+#if defined(__clang__)
+#define FV_AREA_NO_CONTRACT _Pragma("clang fp contract(off)")
+#else
+#define FV_AREA_NO_CONTRACT
+#endif
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize ("fp-contract=off")
+#endif
+
+typedef struct {
+    int sw, sh, dw, dh;     /* source and destination width, height */
+    int kx;                 /* most source pixels of one destination column */
+    int hw;                 /* padded row of horizontal sums: a multiple of 8 >= dw */
+    int ring_mask;          /* rows of horizontal sums kept - 1 (a power of 2 - 1) */
+    int simd_ok;            /* the shuffle tables cover the row (else the plain loop) */
+    const int32_t *xbase;   /* [dw] first source column of each destination column */
+    const int32_t *xn;      /* [dw] its number of source columns */
+    const float *xw;        /* [dw*kx] their weights */
+    const int32_t *ybase;   /* [dh] first source row of each destination row */
+    const int32_t *yn;      /* [dh] its number of source rows */
+    const float *yw;        /* [dh*ky] their weights */
+    int ky;
+    const int32_t *woff;    /* [hw/4] byte window of each group of 4 outputs */
+    const uint8_t *masks;   /* [hw/8][kx][32] shuffles: pixel k of each output to a 32-bit lane */
+    const float *xwv;       /* [hw/8][kx][8] the matching weights (0 for padding) */
+    float *ring;            /* [(ring_mask+1)*hw] scratch: rows of horizontal sums */
+    uint8_t *row8;          /* [hw] scratch: one rounded destination row */
+} fv_area_plan;
+
+typedef void (*fv_area_hrow_fn)(const fv_area_plan *p, const uint8_t *s, float *out);
+typedef void (*fv_area_vrow_fn)(const fv_area_plan *p, int dy, const float *const *rows, uint8_t *out);
+
+/* cvRound (half to even, the current rounding mode) then saturate_cast<uchar>. */
+static inline uint8_t fv_area_round_u8(float v) {
+    long r = lrintf(v);
+    return (uint8_t)(r < 0 ? 0 : (r > 255 ? 255 : r));
+}
+
+static void fv_area_hrow_plain(const fv_area_plan *p, const uint8_t *s, float *out) {
+    FV_AREA_NO_CONTRACT
+    for (int dx = 0; dx < p->dw; dx++) {
+        const uint8_t *q = s + p->xbase[dx];
+        const float *w = p->xw + (ptrdiff_t)dx * p->kx;
+        float acc = (float)q[0] * w[0];
+        for (int k = 1; k < p->xn[dx]; k++)
+            acc = acc + (float)q[k] * w[k];
+        out[dx] = acc;
+    }
+}
+
+static void fv_area_vrow_plain(const fv_area_plan *p, int dy, const float *const *rows, uint8_t *out) {
+    FV_AREA_NO_CONTRACT
+    const float *b = p->yw + (ptrdiff_t)dy * p->ky;
+    int n = p->yn[dy];
+    for (int dx = 0; dx < p->dw; dx++) {
+        float acc = b[0] * rows[0][dx];
+        for (int k = 1; k < n; k++)
+            acc = acc + b[k] * rows[k][dx];
+        out[dx] = fv_area_round_u8(acc);
+    }
+}
+
+#if defined(FV_AREA_DISPATCH)
+__attribute__((target("ssse3")))
+static void fv_area_hrow_ssse3(const fv_area_plan *p, const uint8_t *s, float *out) {
+    FV_AREA_NO_CONTRACT
+    const int kx = p->kx, groups = p->hw / 4;
+    for (int g = 0; g < groups; g++) {
+        const __m128i win = _mm_loadu_si128((const __m128i *)(s + p->woff[g]));
+        const uint8_t *m = p->masks + (ptrdiff_t)(g >> 1) * kx * 32 + (g & 1) * 16;
+        const float *w = p->xwv + (ptrdiff_t)(g >> 1) * kx * 8 + (g & 1) * 4;
+        __m128 acc = _mm_mul_ps(_mm_cvtepi32_ps(_mm_shuffle_epi8(win, _mm_loadu_si128((const __m128i *)m))),
+                                _mm_loadu_ps(w));
+        for (int k = 1; k < kx; k++) {
+            __m128 v = _mm_cvtepi32_ps(_mm_shuffle_epi8(win, _mm_loadu_si128((const __m128i *)(m + 32 * k))));
+            acc = _mm_add_ps(acc, _mm_mul_ps(v, _mm_loadu_ps(w + 8 * k)));
+        }
+        _mm_storeu_ps(out + 4 * g, acc);
+    }
+}
+
+__attribute__((target("ssse3")))
+static void fv_area_vrow_sse(const fv_area_plan *p, int dy, const float *const *rows, uint8_t *out) {
+    FV_AREA_NO_CONTRACT
+    const float *b = p->yw + (ptrdiff_t)dy * p->ky;
+    const int n = p->yn[dy];
+    for (int x = 0; x < p->hw; x += 8) {
+        __m128 lo = _mm_mul_ps(_mm_set1_ps(b[0]), _mm_loadu_ps(rows[0] + x));
+        __m128 hi = _mm_mul_ps(_mm_set1_ps(b[0]), _mm_loadu_ps(rows[0] + x + 4));
+        for (int k = 1; k < n; k++) {
+            const __m128 bk = _mm_set1_ps(b[k]);
+            lo = _mm_add_ps(lo, _mm_mul_ps(bk, _mm_loadu_ps(rows[k] + x)));
+            hi = _mm_add_ps(hi, _mm_mul_ps(bk, _mm_loadu_ps(rows[k] + x + 4)));
+        }
+        __m128i i16 = _mm_packs_epi32(_mm_cvtps_epi32(lo), _mm_cvtps_epi32(hi));
+        _mm_storel_epi64((__m128i *)(out + x), _mm_packus_epi16(i16, i16));
+    }
+}
+
+__attribute__((target("avx2")))
+static void fv_area_hrow_avx2(const fv_area_plan *p, const uint8_t *s, float *out) {
+    FV_AREA_NO_CONTRACT
+    const int kx = p->kx, pairs = p->hw / 8;
+    for (int q = 0; q < pairs; q++) {
+        const __m256i win = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(s + p->woff[2 * q]))),
+            _mm_loadu_si128((const __m128i *)(s + p->woff[2 * q + 1])), 1);
+        const uint8_t *m = p->masks + (ptrdiff_t)q * kx * 32;
+        const float *w = p->xwv + (ptrdiff_t)q * kx * 8;
+        __m256 acc = _mm256_mul_ps(
+            _mm256_cvtepi32_ps(_mm256_shuffle_epi8(win, _mm256_loadu_si256((const __m256i *)m))),
+            _mm256_loadu_ps(w));
+        for (int k = 1; k < kx; k++) {
+            __m256 v = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(win, _mm256_loadu_si256((const __m256i *)(m + 32 * k))));
+            acc = _mm256_add_ps(acc, _mm256_mul_ps(v, _mm256_loadu_ps(w + 8 * k)));
+        }
+        _mm256_storeu_ps(out + 8 * q, acc);
+    }
+}
+
+__attribute__((target("avx2")))
+static void fv_area_vrow_avx2(const fv_area_plan *p, int dy, const float *const *rows, uint8_t *out) {
+    FV_AREA_NO_CONTRACT
+    const float *b = p->yw + (ptrdiff_t)dy * p->ky;
+    const int n = p->yn[dy];
+    for (int x = 0; x < p->hw; x += 8) {
+        __m256 acc = _mm256_mul_ps(_mm256_set1_ps(b[0]), _mm256_loadu_ps(rows[0] + x));
+        for (int k = 1; k < n; k++)
+            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(b[k]), _mm256_loadu_ps(rows[k] + x)));
+        __m256i i32 = _mm256_cvtps_epi32(acc);
+        __m128i i16 = _mm_packs_epi32(_mm256_castsi256_si128(i32), _mm256_extracti128_si256(i32, 1));
+        _mm_storel_epi64((__m128i *)(out + x), _mm_packus_epi16(i16, i16));
+    }
+}
+#endif
+
+/* ISA levels: 0 plain C, 1 SSSE3, 2 AVX2 */
+static const char *const fv_area_isa_names[3] = {"plain", "ssse3", "avx2"};
+static int fv_area_isa_max = 0;
+static int fv_area_level = 0;
+
+static int fv_area_select(int level) {
+    if (level < 0 || level > fv_area_isa_max) level = fv_area_isa_max;
+    fv_area_level = level;
+    return level;
+}
+
+static void fv_area_init(void) {
+#if defined(FV_AREA_DISPATCH)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("ssse3")) {
+        fv_area_isa_max = 1;
+        if (__builtin_cpu_supports("avx2")) fv_area_isa_max = 2;
+    }
+#endif
+    fv_area_select(-1);
+}
+
+static const char *fv_area_isa_name(int level) {
+    return fv_area_isa_names[level < 0 || level > 2 ? 0 : level];
+}
+
+/* dst (dh x dw, rows dstep bytes apart) = INTER_AREA of src (sh x sw, rows sstep apart). */
+static void fv_area_run(const fv_area_plan *p, const uint8_t *src, ptrdiff_t sstep,
+                        uint8_t *dst, ptrdiff_t dstep) {
+    fv_area_hrow_fn hrow = fv_area_hrow_plain;
+    fv_area_vrow_fn vrow = fv_area_vrow_plain;
+#if defined(FV_AREA_DISPATCH)
+    if (p->simd_ok && fv_area_level == 2) {
+        hrow = fv_area_hrow_avx2; vrow = fv_area_vrow_avx2;
+    } else if (p->simd_ok && fv_area_level == 1) {
+        hrow = fv_area_hrow_ssse3; vrow = fv_area_vrow_sse;
+    }
+#endif
+    const int plain = vrow == fv_area_vrow_plain;
+    const float *rows[64];
+    int next = 0;  /* the first source row whose horizontal sums are not computed yet */
+    for (int dy = 0; dy < p->dh; dy++) {
+        const int first = p->ybase[dy], n = p->yn[dy];
+        int r = first > next ? first : next;
+        for (; r < first + n; r++)
+            hrow(p, src + (ptrdiff_t)r * sstep, p->ring + (ptrdiff_t)(r & p->ring_mask) * p->hw);
+        if (first + n > next) next = first + n;
+        for (int k = 0; k < n; k++)
+            rows[k] = p->ring + (ptrdiff_t)((first + k) & p->ring_mask) * p->hw;
+        uint8_t *d = dst + (ptrdiff_t)dy * dstep;
+        if (plain) {
+            vrow(p, dy, rows, d);
+        } else {
+            vrow(p, dy, rows, p->row8);
+            memcpy(d, p->row8, (size_t)p->dw);
+        }
+    }
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
+
+#endif /* FV_AREA_RESIZE_H */
