@@ -41,7 +41,8 @@ def _rollout(T: int, N: int, seed: int = 0):
 
 
 def numpy_loop(rewards, values, dones, next_value, next_done, advantages, gamma, gae_lambda):
-    """CleanRL's loop with NumPy rows (what a NumPy user writes)."""
+    """CleanRL's loop with NumPy rows (what a NumPy user writes); the same code runs on torch
+    tensors (:func:`torch_loop`)."""
     T = rewards.shape[0]
     lastgaelam = 0.0
     for t in reversed(range(T)):
@@ -58,21 +59,8 @@ def numpy_loop(rewards, values, dones, next_value, next_done, advantages, gamma,
 
 def torch_loop(torch, rewards, values, dones, next_value, next_done, gamma, gae_lambda):
     """CleanRL ppo.py's loop on torch CPU tensors."""
-    T = rewards.shape[0]
     with torch.no_grad():
-        advantages = torch.zeros_like(rewards)
-        lastgaelam = 0
-        for t in reversed(range(T)):
-            if t == T - 1:
-                nextnonterminal = 1.0 - next_done
-                nextvalues = next_value
-            else:
-                nextnonterminal = 1.0 - dones[t + 1]
-                nextvalues = values[t + 1]
-            delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
-            advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
-        returns = advantages + values
-    return advantages, returns
+        return numpy_loop(rewards, values, dones, next_value, next_done, torch.zeros_like(rewards), gamma, gae_lambda)
 
 
 def numpy_vtrace(rewards, values, dones, next_value, next_done, log_rhos, vs, gamma,

@@ -51,6 +51,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from fastvec.advantages import gae
 from fastvec.bench import fmt_rate, interleaved_rates, paired_ratio, print_table
 from fastvec.vector.fast_vector_env import FastVectorEnv
 
@@ -305,17 +306,11 @@ class CleanRLPPO:
     def _update(self) -> None:
         cfg, agent = self.cfg, self.agent
         with torch.no_grad():
-            next_value = agent.critic(self.next_obs).reshape(1, -1)
-            advantages = torch.zeros_like(self.rewards)
-            lastgaelam = 0
-            for t in reversed(range(cfg.num_steps)):
-                if t == cfg.num_steps - 1:
-                    nonterminal, nextvalues = 1.0 - self.next_done, next_value
-                else:
-                    nonterminal, nextvalues = 1.0 - self.dones[t + 1], self.values[t + 1]
-                delta = self.rewards[t] + cfg.gamma * nextvalues * nonterminal - self.values[t]
-                advantages[t] = lastgaelam = delta + cfg.gamma * cfg.gae_lambda * nonterminal * lastgaelam
-            returns = advantages + self.values
+            next_value = agent.critic(self.next_obs).reshape(-1)
+            # (fastvec's GAE: CleanRL's loop, the same operations in the same order, compiled)
+            advantages, returns = (torch.from_numpy(a) for a in gae(
+                self.rewards.numpy(), self.values.numpy(), self.dones.numpy(), next_value.numpy(),
+                self.next_done.numpy(), gamma=cfg.gamma, gae_lambda=cfg.gae_lambda))
         b_obs = self.obs.reshape(-1, self.obs.shape[-1])
         b_actions = self.actions.reshape((-1,) + self.actions.shape[2:])
         b_logprobs, b_adv, b_returns = self.logprobs.reshape(-1), advantages.reshape(-1), returns.reshape(-1)

@@ -274,6 +274,16 @@ class FastVectorEnv(WorkerVectorEnv):
                                                   step_in_caller=self.step_in_caller)
         self.wait = wait
 
+        self._start(env_fns, context=context, daemon=daemon, pin_workers=pin_workers,
+                    release_openmp_threads=release_openmp_threads, env_failure=env_failure,
+                    max_restarts=max_restarts, step_timeout=step_timeout, stats=stats)
+        self._init_workers(self._pool.starts, self._pool.stops)
+        self._init_step_state()
+
+    def _start(self, env_fns: list, *, context, daemon, pin_workers, release_openmp_threads, env_failure, max_restarts,
+               step_timeout, stats) -> None:
+        """Start the workers, read their envs' spaces, lay out and hand over the shared block, and
+        set up what each step reads and writes there (closing the workers if any of it fails)."""
         built_by = [StackCompiler(fn) for fn in env_fns] if self.compile_wrappers else env_fns
         self._pool = WorkerPool(self, built_by, self.num_workers, autoreset_mode=self.autoreset_mode,
                                 step_in_caller=self.step_in_caller, context=context, daemon=daemon,
@@ -308,7 +318,10 @@ class FastVectorEnv(WorkerVectorEnv):
         except BaseException:
             self._pool.shutdown(terminate=True)
             raise
-        self._init_workers(self._pool.starts, self._pool.stops)
+
+    def _init_step_state(self) -> None:
+        """The bookkeeping of steps and of send/recv: which workers have a command out, which
+        envs a masked reset left out, and (with restarts) every env's last observation."""
         self._pending: np.ndarray = np.zeros(self.num_workers, dtype=np.uint8)
         self._all_workers = np.ones(self.num_workers, dtype=np.uint8)
         # send/recv bookkeeping: workers with a command out (those handed back by recv: _ready).
