@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("torch", reason="the train bench needs torch (pip install torch==2.13.0)")
 
-from fastvec._bench import train  # noqa: E402
+from fastvec._bench import train, train_agents  # noqa: E402
 
 
 def _rows(out: str) -> list[list[str]]:
@@ -76,7 +76,7 @@ def test_overlapped_rollout_steps_each_env_as_lockstep_stepping_does():
 
     try:
         fast.reset(seed=3)
-        train.overlapped_rollout(fast, steps, act, store)
+        train_agents.overlapped_rollout(fast, steps, act, store)
         reference.reset(seed=3)
         for t in range(steps):
             want = reference.step(actions[t])

@@ -198,7 +198,7 @@ def mlp_policy(vec):
     their actions out (clipped into a Box action space, the argmax of a Discrete one)."""
     import torch
 
-    from fastvec._bench.train import Agent
+    from fastvec._bench.train_agents import Agent
 
     obs_space = getattr(vec, "single_observation_space", None) or vec.observation_space
     act_space = getattr(vec, "single_action_space", None) or vec.action_space
