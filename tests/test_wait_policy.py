@@ -106,26 +106,38 @@ def test_pinned_workers_leave_their_cpus_while_the_caller_computes_on_more_cores
     not leave a core one of the trainer's threads holds), and pinned again after."""
     cpus = os.sched_getaffinity(0)
     num_workers = len(cpus)
+    pinned = [{cpu} for cpu in sorted(cpus)]
     with FastVectorEnv(_fns(num_workers), num_workers=num_workers) as env:
-        affinity = lambda: [os.sched_getaffinity(p.pid) for p in env.processes]  # noqa: E731
+        def affinity(expected, timeout=1.0):
+            """The workers' affinities once they are ``expected``, or as they are after ``timeout``:
+            a worker moves when it next waits for a command, just after the step that told it
+            the caller's time, so the caller may look a little before it has moved."""
+            deadline = time.monotonic() + timeout
+            while True:
+                seen = [os.sched_getaffinity(p.pid) for p in env.processes]
+                if seen == expected or time.monotonic() > deadline:
+                    return seen
+                time.sleep(0.01)
+
         env.reset(seed=0)
         actions = np.zeros(num_workers, dtype=np.int64)
         for _ in range(50):
             env.step(actions)
-        tight = affinity()
+        tight = affinity(pinned)
         compute = TwoCoreCompute()
         try:
-            for _ in range(30):
+            # (20 ms on two threads a step, an update's worth: long enough that a pinned worker's
+            # spin, at most OTHER_CPU_SPIN_S, cannot keep the caller from being seen on two cores)
+            for _ in range(10):
                 env.step(actions)
-                compute(2e-3)
+                compute(20e-3)
             env.step(actions)
-            busy = affinity()
+            busy = affinity([cpus] * num_workers)
         finally:
             compute.close()
         for _ in range(50):
             env.step(actions)
-        tight_again = affinity()
-    pinned = [{cpu} for cpu in sorted(cpus)]
+        tight_again = affinity(pinned)
     assert tight == pinned
     assert busy == [cpus] * num_workers
     assert tight_again == pinned
