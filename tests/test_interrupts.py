@@ -167,13 +167,20 @@ def test_step_after_an_interrupted_step_drops_it_and_steps(sigint, no_leak, path
     ref.close()
 
 
-def test_step_wait_after_an_interrupted_step_returns_it(sigint, no_leak):
+def _step_1_interrupted(sigint, no_leak):
+    """SyncVectorEnv and a FastVectorEnv over the same envs, reset and stepped once alike, then
+    the FastVectorEnv's step 1 interrupted by a Ctrl-C (an env signals during it)."""
     ref = SyncVectorEnv(toy_fns(4, signaller=2, at=2))
     env = FastVectorEnv(toy_fns(4, signaller=2, at=2, pid=sigint), num_workers=2)
     no_leak.append(env)
     assert_same(ref.reset(seed=2), env.reset(seed=2), "reset")
     assert_same(ref.step(_actions(0)), env.step(_actions(0)), "step 0")
     _interrupted(env.step, _actions(1))
+    return ref, env
+
+
+def test_step_wait_after_an_interrupted_step_returns_it(sigint, no_leak):
+    ref, env = _step_1_interrupted(sigint, no_leak)
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         assert_same(ref.step(_actions(1)), env.step_wait(), "step 1, the interrupted one")
@@ -188,12 +195,7 @@ def test_a_step_interrupted_before_it_is_sent_after_an_interrupted_step_leaves_n
     """After an interrupted compiled step that step_wait returned, a Ctrl-C that lands before
     the next step's commands go out leaves no step pending: the one after goes on, with
     nothing to finish or drop."""
-    ref = SyncVectorEnv(toy_fns(4, signaller=2, at=2))
-    env = FastVectorEnv(toy_fns(4, signaller=2, at=2, pid=sigint), num_workers=2)
-    no_leak.append(env)
-    assert_same(ref.reset(seed=2), env.reset(seed=2), "reset")
-    assert_same(ref.step(_actions(0)), env.step(_actions(0)), "step 0")
-    _interrupted(env.step, _actions(1))
+    ref, env = _step_1_interrupted(sigint, no_leak)
     assert_same(ref.step(_actions(1)), env.step_wait(), "step 1, the interrupted one")
     pool = env._pool
 
