@@ -500,8 +500,11 @@ class FastVectorEnv(WorkerVectorEnv):
             over its pipe, both ways, and ``restarts`` of its process), ``env_steps``,
             ``env_resets`` (autoresets included) and ``env_restarts`` (per env),
             ``pipe_messages``, ``pipe_bytes`` and ``restarts`` (failures recovered from) in all,
-            and ``advice`` (sentences naming a slow worker, a trainer that holds most of the
-            time, steps that go through the pipes, restarts).
+            ``host`` (``contended``: whether other work on this host wants the vector env's
+            CPUs, so that its waits block and its workers move freely; ``other_cores``: how
+            much of them it takes, cores; None where not measured: ``wait="block"``, or no
+            ``/proc``), and ``advice`` (sentences naming a slow worker, a trainer that holds
+            most of the time, steps that go through the pipes, restarts, a contended host).
 
         Raises:
             RuntimeError: the vector env was made with ``stats=False``, or is closed.
@@ -528,7 +531,14 @@ class FastVectorEnv(WorkerVectorEnv):
         snapshot = self._stats.snapshot()
         when, before = self._stats_before or (self._stats_created, None)
         self._stats_before = (now, snapshot)
-        return summarize(snapshot, before, now - when)
+        report = summarize(snapshot, before, now - when)
+        report["host"] = host = self._pool.waits.host_report()
+        if host is not None and host["contended"]:
+            report["advice"].append(
+                f"other work takes {host['other_cores']:.1f} cores' worth of the CPUs this vector env runs on: "
+                "its waits block and its workers are not pinned until that work ends (see docs/vector.md, "
+                "\"How fastvec waits\")")
+        return report
 
     def _step(self, actions):
         driver = self._driver

@@ -38,6 +38,7 @@ from fastvec.vector._block.restarts import Restarts
 from fastvec.vector._block.messages import Attach, ErrorReport, Hello, PipeCommand
 from fastvec.vector._block.shared_buffer import Section, SharedBuffer
 from fastvec.vector._block.stats import StatsRegion
+from fastvec.vector._wait.host_load import HostLoad
 from fastvec.vector._wait.openmp import OpenMPIdleThreads
 from fastvec.vector._wait.policy import CallerWaits, WaitSettings
 from fastvec.vector._worker.process import Worker, hello
@@ -137,6 +138,13 @@ class WorkerPool(PoolFaults):
                     autoreset_mode=self._autoreset_mode, waits=worker_waits, cpu=cpus[w],
                     follow_caller=pin_workers is None, restart=self._restart_state(w, rebuilt=False)))
                 self.workers.append(self._remote[-1])
+        # (measured only where spins adapt: wait="block" spins nowhere already)
+        if self.waits.settings.adaptive:
+            self.waits.host = HostLoad(usable_cpus(), self._own_pids)
+
+    def _own_pids(self) -> list[int]:
+        """The pids whose CPU time is the vector env's own: the caller's and its workers'."""
+        return [os.getpid(), *(worker.pid for worker in self._remote)]
 
     def _worker_cpus(self, pin: bool | None) -> list:
         """The CPU each worker is pinned to (None: not pinned), see FastVectorEnv's ``pin_workers``
@@ -344,11 +352,15 @@ class WorkerPool(PoolFaults):
         self._step_sent = now
         wall = self.waits.between_steps(now)
         if wall is not None:
-            handoff.publish_caller_think(self.ctrl, self.waits.think_mean, self.waits.gap_mean)
+            handoff.publish_caller_think(self.ctrl, self.waits.published_think(), self.waits.gap_mean)
             if self._settings is not None and self.waits.caller_computes():
                 warn_slow_settings_once(**self._settings)
                 self._settings = None
-        if self.openmp is not None:
+        # On a contended host the runtimes are left alone: no step is parked (a parked thread
+        # queued behind other work holds the step up), and none released (the trainer's next
+        # region would start its threads again, each waiting for a core the other work holds:
+        # the forward passes between steps took several times as long).
+        if self.openmp is not None and not self.waits.contended:
             if self.waits.release_before_step(wall):
                 self.openmp.release(lockstep)
             else:
@@ -357,7 +369,7 @@ class WorkerPool(PoolFaults):
     def parked_step_runtimes(self) -> np.ndarray | None:
         """The OpenMP runtimes a lockstep step of the workers alone (no caller's share) should
         be started and waited for parked in (:meth:`start_parked_step`); None: none."""
-        if self.openmp is None or self.local is not None:
+        if self.openmp is None or self.local is not None or self.waits.contended:
             return None
         return self.openmp.parked_runtimes()
 
@@ -390,7 +402,7 @@ class WorkerPool(PoolFaults):
         # in the region: the Python here (a worker restarted, a signal handler) runs outside.
         parked = (self.openmp.parked_runtimes()
                   if self.openmp is not None and self._in_step and self._lockstep and not self._parked_this_step
-                  else None)
+                  and not self.waits.contended else None)
         step_deadline = (self._step_sent + self.step_timeout
                          if self.step_timeout is not None and self._in_step else None)
         while True:

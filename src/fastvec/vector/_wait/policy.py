@@ -7,7 +7,12 @@ A wait spins only while an answer is due, then blocks (a futex on Linux), and ne
 busy-waits without giving up its core (after its first microseconds a spin yields between
 checks). Each side derives its spin from what it measures at run time: the caller from how
 long recent commands took; a worker from how soon the next command tends to come and how
-long the caller spends between steps (published in the shared block).
+long the caller spends between steps (published in the shared block). While other work on
+the host wants the same CPUs (:mod:`.host_load` measures it), nothing spins: the caller's
+waits block at once, it publishes itself as computing so that the workers' waits block at
+once and the workers leave the CPUs they were pinned to, and the trainer's OpenMP runtimes are
+left alone, neither parked nor released (a released pool's threads, started again for the
+trainer's next region, each wait for a core the other work holds).
 
 Users choose among three policies with ``FastVectorEnv(wait=...)``:
 
@@ -57,6 +62,24 @@ SHORT_WAIT_S = 200e-6
 MIN_THINK_FOR_RELEASE_S = 30e-6
 # One long pause between steps (an update between rollouts) counts as this long, not as forever.
 MAX_THINK_S = 0.01
+
+# --- other work on the host (host_load.py) -----------------------------------------------------
+# How often the caller reads the host's CPU counters (tens of microseconds a reading).
+HOST_LOAD_EVERY_S = 0.25
+# The weight of the newest reading in the running means: about two seconds of readings, so
+# that one busy moment (a process starting, another test's workers ending) is not contention.
+HOST_LOAD_WEIGHT = 0.125
+# The host is contended while other work takes at least this much of the usable CPUs (cores)
+# and they have less than this idle: a spinning wait would then take that work's time slice,
+# and a pinned worker could not move to a free core. Less than half a core of other work is
+# a desktop's, a monitor's or a logger's background.
+CONTENDED_OTHER_CORES = 0.3
+CONTENDED_IDLE_CORES = 0.5
+# ... and it stays contended until the other work falls below this.
+UNCONTENDED_OTHER_CORES = 0.15
+# What the caller publishes as its time between steps while the host is contended: as long
+# as a caller computing between steps, so that workers block at once and leave their CPUs.
+CONTENDED_THINK_S = 10 * THINK_WINDOW_S
 
 # --- the caller's idle OpenMP threads (openmp.py) ---------------------------------------------
 # A pause that takes this long ended a pool (tens of microseconds; about 1 µs with none).
@@ -185,6 +208,27 @@ class CallerWaits:
         self.gap_mean = 0.0
         self._last_done: float | None = None  # (None until a first command has ended)
         self._last_done_cpu = 0.0
+        #: other work on the host, measured (a :class:`~.host_load.HostLoad`; None: not measured)
+        self.host = None
+
+    @property
+    def contended(self) -> bool:
+        """Whether other work on the host wants the CPUs the vector env runs on (then nothing
+        spins, the workers leave their CPUs and the OpenMP runtimes are left alone)."""
+        return self.host is not None and self.host.contended
+
+    def host_report(self) -> dict | None:
+        """``{"contended": ..., "other_cores": ...}`` from the host's measurement, or None
+        where the host is not measured."""
+        if self.host is None or not self.host.intervals:
+            return None
+        return {"contended": self.host.contended, "other_cores": round(self.host.other_cores, 2)}
+
+    def published_think(self) -> float:
+        """What the caller publishes to the workers as its time between steps: its own, or, while
+        the host is contended, that of a caller computing (the workers then block at once and
+        leave the CPUs they were pinned to)."""
+        return max(self.think_mean, CONTENDED_THINK_S) if self.contended else self.think_mean
 
     def record(self, started: float, now: float | None = None) -> None:
         """Add a command sent at ``started`` and done at ``now`` to the running mean; ``now``
@@ -202,6 +246,8 @@ class CallerWaits:
         thread (a small policy's forward pass) leaves a core free, and a worker spinning there
         costs it nothing while sparing a wake-up. One long pause (an update between rollouts)
         counts as :data:`MAX_THINK_S`, not as forever."""
+        if self.host is not None and self.settings.adaptive:
+            self.host.sample(now)
         if self._last_done is None:
             return None
         wall = now - self._last_done
@@ -227,7 +273,7 @@ class CallerWaits:
         caller's own share done, or a first worker), before it blocks: about half as long as
         recent commands took, so that the last answer is seen at once instead of through a
         wake-up, which costs tens of microseconds on a virtual machine."""
-        if not self.settings.adaptive:
+        if not self.settings.adaptive or self.contended:
             return 0.0
         return min(max(self.parent_spin_s, 0.5 * self.mean), MAX_TAIL_SPIN_S)
 
@@ -240,6 +286,8 @@ class CallerWaits:
         ``spun``: the caller has spun that long already (the compiled step)."""
         tail = 0.0 if spun else self.tail_spin_s()
         spin = tail if caller_steps_a_share and not spun else self.parent_spin_s
+        if self.contended:
+            return 0.0, 0.0
         if self.settings.adaptive and not spun and self.mean < SHORT_WAIT_S:
             # Steps this short (CartPole-like envs) are over before a blocked caller could
             # be woken: spin (yielding the core) through them.
