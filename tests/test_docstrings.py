@@ -20,6 +20,7 @@ MODULES = [
     "fastvec.native.examples.gridworld",
     "fastvec.native.kit",
     "fastvec.native.registry",
+    "fastvec.ray._messages",
     "fastvec.registration",
     "fastvec.replay.min_tree",
     "fastvec.replay.prioritized_replay_buffer",

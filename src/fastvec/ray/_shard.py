@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from fastvec.ray._messages import ShardHello, ShardPlace
 from fastvec.ray._packing import decode_actions, fixed_fields, result_dtype
 from fastvec.spaces import Layout
 from fastvec.vector._caller import backend_choice
@@ -265,16 +266,15 @@ class Shard:
 
         context = ray.get_runtime_context()
         env = self.env
-        return {
-            "single_observation_space": env.single_observation_space,
-            "single_action_space": env.single_action_space,
-            "metadata": dict(env.metadata),
-            "render_mode": env.render_mode,
-            "backend": type(env).__name__,
-            "node_id": context.get_node_id(),
-            "node_ip": ray.util.get_node_ip_address(),
-            "pid": os.getpid(),
-        }
+        return ShardHello(
+            single_observation_space=env.single_observation_space,
+            single_action_space=env.single_action_space,
+            metadata=dict(env.metadata),
+            render_mode=env.render_mode,
+            backend=type(env).__name__,
+            place=ShardPlace(node_id=context.get_node_id(), node_ip=ray.util.get_node_ip_address(),
+                             pid=os.getpid()),
+        )
 
     # -- the step ------------------------------------------------------------------------
     def _pack(self, obs, infos, rewards=None, terminations=None, truncations=None):

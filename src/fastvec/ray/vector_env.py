@@ -23,6 +23,7 @@ from fastvec.errors import (
     WorkerError,
 )
 from fastvec.ray._infos import merge_infos
+from fastvec.ray._messages import SentCommand, ShardCommand, ShardHello, ShardPlace
 from fastvec.ray._packing import (
     action_leaves,
     batch_length,
@@ -59,6 +60,12 @@ def _actor_class():
     if _ACTOR_CLASS is None:
         _ACTOR_CLASS = ray.remote(Shard)
     return _ACTOR_CLASS
+
+
+#: What a shard with a step out was sent (``RayVectorEnv._out``).
+_SENT_STEP = SentCommand(ShardCommand.STEP)
+#: What error messages say of a shard whose hello has not come.
+_UNKNOWN_PLACE = ShardPlace(node_id="?", node_ip="?", pid="?")  # type: ignore[arg-type]
 
 
 class _Restarted:
@@ -330,7 +337,7 @@ class RayVectorEnv(WorkerVectorEnv):
         try:
             for k in range(self.num_shards):
                 actors.append(self._new_actor(k))
-            self._nodes: list[dict] = [{} for _ in actors]
+            self._nodes: list[ShardPlace | None] = [None for _ in actors]
             hellos = self._hellos(start_timeout)
         except BaseException:
             self._finalizer()
@@ -345,7 +352,7 @@ class RayVectorEnv(WorkerVectorEnv):
         return _actor_class().options(**self.shard_options[k]).remote(
             k, stop - start, self._sources[k], self.autoreset_mode, self._vector_kwargs, self._failure)
 
-    def _hellos(self, timeout: float) -> list[dict]:
+    def _hellos(self, timeout: float) -> list[ShardHello]:
         refs = [actor.hello.remote() for actor in self._actors]
         ready, waiting = ray.wait(refs, num_returns=len(refs), timeout=timeout)
         if waiting:
@@ -365,28 +372,28 @@ class RayVectorEnv(WorkerVectorEnv):
             if isinstance(hello, Failure):
                 self._raise_failure(k, hello, note_closed=True)
             hellos.append(hello)
-            self._nodes[k] = {"node_id": hello["node_id"], "node_ip": hello["node_ip"], "pid": hello["pid"]}
+            self._nodes[k] = hello.place
         return hellos
 
-    def _setup(self, hellos: list[dict]) -> None:
+    def _setup(self, hellos: list[ShardHello]) -> None:
         first = hellos[0]
-        self.single_observation_space = first["single_observation_space"]
-        self.single_action_space = first["single_action_space"]
+        self.single_observation_space = first.single_observation_space
+        self.single_action_space = first.single_action_space
         for k, hello in enumerate(hellos[1:], 1):
-            if hello["single_observation_space"] != self.single_observation_space:
+            if hello.single_observation_space != self.single_observation_space:
                 self.close(terminate=True)
-                raise RuntimeError(f"shard {k}'s observation space {hello['single_observation_space']} differs from "
+                raise RuntimeError(f"shard {k}'s observation space {hello.single_observation_space} differs from "
                                    f"shard 0's {self.single_observation_space}")
-            if hello["single_action_space"] != self.single_action_space:
+            if hello.single_action_space != self.single_action_space:
                 self.close(terminate=True)
-                raise RuntimeError(f"shard {k}'s action space {hello['single_action_space']} differs from "
+                raise RuntimeError(f"shard {k}'s action space {hello.single_action_space} differs from "
                                    f"shard 0's {self.single_action_space}")
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
-        self.metadata = dict(first["metadata"])
+        self.metadata = dict(first.metadata)
         self.metadata["autoreset_mode"] = self.autoreset_mode
-        self.render_mode = first["render_mode"]
-        self.backends = tuple(hello["backend"] for hello in hellos)
+        self.render_mode = first.render_mode
+        self.backends = tuple(hello.backend for hello in hellos)
 
         self._obs_layout = Layout(self.single_observation_space, objects=True)
         self._act_layout = Layout(self.single_action_space, objects=True)
@@ -413,9 +420,9 @@ class RayVectorEnv(WorkerVectorEnv):
         self._all_rows = np.arange(self.num_envs)
         # send/recv: the shards with a command out, shard -> ref (those handed back by recv: _ready)
         self._inflight: dict[int, Any] = {}
-        # with env_failure="restart": what each shard with a step or reset out was sent
-        # (("step",) or ("reset", seeds, options)): a shard that dies then is started again
-        self._out: dict[int, tuple] = {}
+        # with env_failure="restart": what each shard with a step or reset out was sent: a
+        # shard that dies then is started again
+        self._out: dict[int, SentCommand] = {}
         self._next_shard = 0
         self._nodes_checked = time.monotonic()
 
@@ -428,7 +435,7 @@ class RayVectorEnv(WorkerVectorEnv):
     @property
     def shard_nodes(self) -> list[dict]:
         """Per shard: ``node_id``, ``node_ip`` and the actor's ``pid``."""
-        return [dict(node) for node in self._nodes]
+        return [{} if place is None else place._asdict() for place in self._nodes]
 
     @property
     def shard_ranges(self) -> list[tuple[int, int]]:
@@ -462,7 +469,7 @@ class RayVectorEnv(WorkerVectorEnv):
         self._check_ray()
         self._pending = [(k, method.remote(part)) for k, (method, part) in enumerate(zip(self._step_methods, parts))]
         if self._restarts is not None:
-            self._out = {k: ("step",) for k in self._all_shards}
+            self._out = {k: _SENT_STEP for k in self._all_shards}
         self._state = CallState.WAITING_STEP
 
     def step_wait(self, timeout: float | None = None):
@@ -606,7 +613,7 @@ class RayVectorEnv(WorkerVectorEnv):
                 shard_options["reset_mask"] = mask[start:stop].copy()
             pending.append((k, actor.reset.remote(seeds[start:stop], shard_options)))
             if self._restarts is not None:
-                self._out[k] = ("reset", seeds[start:stop], shard_options)
+                self._out[k] = SentCommand(ShardCommand.RESET, seeds[start:stop], shard_options)
         if self._restarts is not None:
             self._restarts.remember_seeds([s if mask is None or mask[e] else None for e, s in enumerate(seeds)])
         if mask is None:
@@ -659,7 +666,7 @@ class RayVectorEnv(WorkerVectorEnv):
             self._inflight[k] = self._step_methods[k].remote(part)
             self._ready[k] = 0
             if self._restarts is not None:
-                self._out[k] = ("step",)
+                self._out[k] = _SENT_STEP
 
     def _send_targets(self, env_ids) -> tuple[list[int], dict[int, slice | np.ndarray]]:
         """The shards ``env_ids`` covers (whole shards only; see ``_whole_workers``) and, per
@@ -754,26 +761,28 @@ class RayVectorEnv(WorkerVectorEnv):
     # -- call / attributes (the rest: WorkerVectorEnv) ----------------------------------------
     def get_attr(self, name: str) -> tuple[Any, ...]:
         """Get an attribute from every env, in env order."""
-        self._start_call("get_attr", lambda k: (name,))
+        self._start_call(ShardCommand.GET_ATTR, lambda k: (name,))
         return self._finish_call(None, "get_attr")
 
     def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
         """Set an attribute on every env: one value for all, or a list/tuple of ``num_envs`` values."""
         values = self._values_per_env(values)
-        self._start_call("set_attr", lambda k: (name, list(values[self._starts[k]:self._stops[k]])))
+        self._start_call(ShardCommand.SET_ATTR, lambda k: (name, list(values[self._starts[k]:self._stops[k]])))
         self._finish_call(None, "set_attr")
 
     def render(self) -> tuple[Any, ...] | None:
         """Render every env (``render_mode`` set at construction); one frame per env."""
-        self._start_call("render", lambda k: ())
+        self._start_call(ShardCommand.RENDER, lambda k: ())
         return self._finish_call(None, "render")
 
-    def _send_command(self, command: str, payload_of: Callable[[int], tuple]) -> None:
-        """Call the shards' method ``command`` (``Shard.call``, ``get_attr``, ``set_attr``, ``render``)."""
+    def _send_command(self, command: ShardCommand | str, payload_of: Callable[[int], tuple]) -> None:
+        """Call the shards' method ``command`` (``Shard.call``, ``get_attr``, ``set_attr``, ``render``;
+        WorkerVectorEnv.call sends ``"call"``, a plain string, as to any backend)."""
+        command = ShardCommand(command)
         if self._inflight:
             raise AlreadyPendingCallError("send/recv has commands in flight: recv() them first", "recv")
         self._check_ray()
-        self._pending = [(k, getattr(actor, command).remote(*payload_of(k))) for k, actor in enumerate(self._actors)]
+        self._pending = [(k, getattr(actor, command.value).remote(*payload_of(k))) for k, actor in enumerate(self._actors)]
 
     def _wait_replies(self, timeout: float | None, caller: str) -> list[tuple[int, Any]]:
         """The shards' replies; the envs' exceptions re-raised (the vector env stays open)."""
@@ -846,8 +855,9 @@ class RayVectorEnv(WorkerVectorEnv):
             self._nodes_checked = now
             alive = {node["NodeID"] for node in ray.nodes() if node.get("Alive")}
             for k, _ in pairs:
-                if self._nodes[k].get("node_id") not in alive:
-                    self._died(k, None, f"its node {self._nodes[k].get('node_id')} is dead (Ray's node table)")
+                node_id = self._node_id(k)
+                if node_id not in alive:
+                    self._died(k, None, f"its node {node_id} is dead (Ray's node table)")
 
     def _replace_shard(self, k: int, error: str):
         """``env_failure="restart"``: start a new actor for shard ``k``, whose actor died with a
@@ -861,7 +871,7 @@ class RayVectorEnv(WorkerVectorEnv):
             self._died(k, None, error, final=True)
         out = self._out.pop(k)
         envs = list(range(self._starts[k], self._stops[k]))
-        restarts.record(envs, error, "", in_reset=out[0] != "step")
+        restarts.record(envs, error, "", in_reset=out.command != ShardCommand.STEP)
         try:
             ray.kill(self._actors[k], no_restart=True)
         except Exception:
@@ -875,18 +885,18 @@ class RayVectorEnv(WorkerVectorEnv):
             self._died(k, exc, f"the shard started in place of a dead one did not start: {_first_line(exc)}", final=True)
         if isinstance(hello, Failure):
             self._raise_failure(k, hello)  # (its envs' constructor failed: retrying would loop)
-        if (hello["single_observation_space"] != self.single_observation_space
-                or hello["single_action_space"] != self.single_action_space):
+        if (hello.single_observation_space != self.single_observation_space
+                or hello.single_action_space != self.single_action_space):
             self._shutdown(terminate=True)
-            raise RuntimeError(f"RayVectorEnv: shard {k}, started again, has spaces {hello['single_observation_space']}"
-                               f" / {hello['single_action_space']}, not {self.single_observation_space} / "
+            raise RuntimeError(f"RayVectorEnv: shard {k}, started again, has spaces {hello.single_observation_space}"
+                               f" / {hello.single_action_space}, not {self.single_observation_space} / "
                                f"{self.single_action_space}; the vector env is closed.")
-        self._nodes[k] = {"node_id": hello["node_id"], "node_ip": hello["node_ip"], "pid": hello["pid"]}
+        self._nodes[k] = hello.place
         seeds = [derived_seed(restarts.seeds[e], int(restarts.counts[e])) for e in envs]
-        if out[0] == "step":
+        if out.command == ShardCommand.STEP:
             reply = self._get_one(k, actor.restarted.remote(seeds))
             return reply if type(reply) is Failure else _Restarted(reply)
-        options = {key: value for key, value in (out[2] or {}).items() if key != "reset_mask"}
+        options = {key: value for key, value in (out.options or {}).items() if key != "reset_mask"}
         return self._get_one(k, actor.reset.remote(seeds, options or None))
 
     def _get_one(self, k: int, ref):
@@ -895,6 +905,16 @@ class RayVectorEnv(WorkerVectorEnv):
             return ray.get(ref, timeout=self._start_timeout)
         except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError) as exc:
             self._died(k, exc, final=True)
+
+    def _place(self, k: int) -> ShardPlace:
+        """Where shard ``k``'s actor runs (question marks before its hello), for messages."""
+        place = self._nodes[k] if k < len(self._nodes) else None
+        return _UNKNOWN_PLACE if place is None else place
+
+    def _node_id(self, k: int) -> str | None:
+        """The node shard ``k``'s actor runs on (None before its hello)."""
+        place = self._place(k)
+        return None if place is _UNKNOWN_PLACE else place.node_id
 
     def _failed_shard(self, pairs: list[tuple[int, Any]], exc: BaseException) -> int:
         """Which shard's ref holds the error ``ray.get`` raised (the first that does)."""
@@ -914,12 +934,12 @@ class RayVectorEnv(WorkerVectorEnv):
         how = how or _first_line(exc)
         if not final and self._restarts is not None and k in self._out and ray.is_initialized():
             raise _ShardLost(k, f"the shard's actor died: {how}")
-        node = self._nodes[k] if k < len(self._nodes) else {}
-        where = f"node {node.get('node_id', '?')} ({node.get('node_ip', '?')}), actor pid {node.get('pid', '?')}"
+        place = self._place(k)
+        where = f"node {place.node_id} ({place.node_ip}), actor pid {place.pid}"
         self._shutdown(terminate=True)
         error = WorkerDiedError(f"RayVectorEnv shard {k} (envs {self._env_range(k)}) on {where} died: {how}; "
                                 "the vector env is closed.", k)
-        error.node_id = node.get("node_id")
+        error.node_id = self._node_id(k)
         if exc is None:
             raise error
         raise error from exc
@@ -942,10 +962,10 @@ class RayVectorEnv(WorkerVectorEnv):
         env_index = self._global_index(k, failure)
         if close:
             self._shutdown(terminate=True)
-        node = self._nodes[k] if k < len(self._nodes) else {}
+        place = self._place(k)
         where = f"env {env_index}" if env_index is not None else f"shard {k} (envs {self._env_range(k)})"
-        note = (f"raised by {where} in RayVectorEnv shard {k} on node {node.get('node_id', '?')} "
-                f"({node.get('node_ip', '?')}) during {failure.phase}"
+        note = (f"raised by {where} in RayVectorEnv shard {k} on node {place.node_id} "
+                f"({place.node_ip}) during {failure.phase}"
                 + ("; the vector env is closed." if close or note_closed else "."))
         exc = None
         if failure.payload is not None:
