@@ -22,6 +22,29 @@ from fastvec.vector._worker.command_loop import StepServer
 from fastvec.vector._wait.openmp import OpenMPIdleThreads, loaded_runtimes
 from fastvec.vector._wait.policy import MAX_SPIN_S, OTHER_CPU_SPIN_S, RECHECK_EVERY, THINK_WINDOW_S
 
+
+class _QuietHost:
+    """A HostLoad that never sees other work."""
+
+    contended = False
+    intervals = 0
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def sample(self, now):
+        return False
+
+
+@pytest.fixture(autouse=True)
+def quiet_host(monkeypatch):
+    """These tests are of the policy on a host that is the vector env's alone; a test machine
+    running something else beside them would make it a contended one, whose policy
+    tests/test_host_load.py tests."""
+    from fastvec.vector._caller import pool
+
+    monkeypatch.setattr(pool, "HostLoad", _QuietHost)
+
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads CPU times from /proc")
 
 
