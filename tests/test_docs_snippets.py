@@ -272,6 +272,8 @@ EXAMPLE_RUNS = {
                 "--quiet"], ["torch"]),
     "cleanrl_ppo.py": (["--total-timesteps", "512", "--num-envs", "4", "--num-steps", "64", "--log-every", "1"],
                        ["torch"]),
+    "cleanrl_ppo_atari.py": (["--total-timesteps", "128", "--num-envs", "2", "--num-steps", "32", "--log-every", "1"],
+                             ["torch", "ale_py", "stable_baselines3", "cv2"]),
     "cleanrl_ppo_continuous.py": (["--total-timesteps", "512", "--num-envs", "2", "--num-steps", "64",
                                    "--num-minibatches", "4", "--log-every", "1"], ["torch", "mujoco"]),
     "sb3_ppo.py": (["--budget", "512"], ["torch", "stable_baselines3"]),
