@@ -27,3 +27,17 @@ cdef void unroll_ring(const char* ring, Py_ssize_t slot_bytes, Py_ssize_t n_slot
 cdef void fill_slots(char* ring,            # OUT [n_fill * slot_bytes]
                      const char* frame, Py_ssize_t slot_bytes,
                      Py_ssize_t n_fill) noexcept nogil
+
+
+# One ale-py AtariEnv's ALE, driven as AtariEnv.step drives it (shared by the compiled cores).
+cdef class AleDriver:
+    cdef object base            # the AtariEnv
+    cdef object time_limit      # a TimeLimit between the stack and the AtariEnv, or None
+    cdef object _skip_range, _action_set
+    cdef object act, lives, _game_over_fn, _truncated_fn, _ep_frame_fn, _frame_fn
+    cdef int _base_skip
+
+    # AtariEnv._get_info: {"lives", "episode_frame_number", "frame_number"}.
+    cdef object info(self)
+    # AtariEnv.step's frames (and the TimeLimit's count): the summed reward; the flags in OUT.
+    cdef double step(self, object action, bint* terminated, bint* truncated) except? -1.0   # OUT

@@ -57,6 +57,59 @@ cdef object _flat_bytes(object array):
     return array.reshape(-1).view(np.uint8)
 
 
+cdef class AleDriver:
+    """The ALE of one ale-py ``AtariEnv``, stepped as ``AtariEnv.step`` steps it.
+
+    Holds the ALE's bound methods (``act``, ``lives``, ...), the env's action set and frame
+    skip, and the ``TimeLimit`` (if any) between the compiled wrappers and the env, whose
+    ``_elapsed_steps`` it keeps counting. The compiled cores call :meth:`step` for each of
+    the base env's steps.
+
+    Args:
+        base: the ale-py ``AtariEnv`` (``env.unwrapped``).
+        time_limit: the ``TimeLimit`` over it, or None.
+    """
+
+    def __init__(self, base, time_limit):
+        self.base, self.time_limit = base, time_limit
+        skip = base._frameskip
+        if isinstance(skip, tuple):
+            self._skip_range, self._base_skip = skip, 0
+        else:
+            self._skip_range, self._base_skip = None, int(skip)
+        self._action_set = base._action_set
+        ale = base.ale
+        self.act = ale.act
+        self.lives = ale.lives
+        self._game_over_fn = ale.game_over
+        self._truncated_fn = ale.game_truncated
+        self._ep_frame_fn = ale.getEpisodeFrameNumber
+        self._frame_fn = ale.getFrameNumber
+
+    cdef object info(self):
+        return {"lives": self.lives(), "episode_frame_number": self._ep_frame_fn(),
+                "frame_number": self._frame_fn()}
+
+    cdef double step(self, object action, bint* terminated, bint* truncated) except? -1.0:  # OUT
+        cdef int k = self._base_skip
+        cdef int j
+        cdef double reward = 0.0
+        if self._skip_range is not None:
+            k = self.base.np_random.integers(*self._skip_range)
+        action_idx = self._action_set[action]
+        act = self.act
+        for j in range(k):
+            reward += <double>act(action_idx, 1.0)
+        terminated[0] = self._game_over_fn(with_truncation=False)
+        truncated[0] = self._truncated_fn()
+        limit = self.time_limit
+        if limit is not None:
+            limit._elapsed_steps += 1
+            if limit._elapsed_steps >= limit._max_episode_steps:
+                truncated[0] = True
+        return reward
+
+
 @cython.final
 cdef class AtariStackCore:
     """``AtariPreprocessing`` (optionally under ``FrameStackObservation``) over one ale-py ``AtariEnv``.
@@ -84,12 +137,12 @@ cdef class AtariStackCore:
         ValueError: a buffer of the wrong shape, dtype or layout.
     """
 
-    cdef object _base, _inner, _time_limit, _skip_range, _action_set, _reset_needed
-    cdef object _act, _grab, _lives, _game_over_fn, _truncated_fn, _ep_frame_fn, _frame_fn
+    cdef AleDriver _ale
+    cdef object _base, _inner, _reset_needed
+    cdef object _grab, _lives
     cdef object _resize, _area, _size
     cdef AreaResize _area_plan           # the compiled INTER_AREA (None: cv2.resize)
     cdef const pixel_t[:, ::1] _b0_2d    # buf0 as the kernel reads it (grayscale only)
-    cdef int _base_skip
     cdef readonly int frame_skip, noop_max, stack_size
     cdef readonly bint terminal_on_life_loss, grayscale_obs, grayscale_newaxis, scale_obs
     cdef public object lives
@@ -112,23 +165,13 @@ cdef class AtariStackCore:
         import cv2
         from gymnasium.error import ResetNeeded
 
-        self._base, self._inner, self._time_limit = base, inner, time_limit
+        self._base, self._inner = base, inner
+        self._ale = AleDriver(base, time_limit)
         self._reset_needed = ResetNeeded
         self.has_reset = has_reset
-        skip = base._frameskip
-        if isinstance(skip, tuple):
-            self._skip_range, self._base_skip = skip, 0
-        else:
-            self._skip_range, self._base_skip = None, int(skip)
-        self._action_set = base._action_set
         ale = base.ale
-        self._act = ale.act
         self._grab = ale.getScreenGrayscale if grayscale_obs else ale.getScreenRGB
         self._lives = ale.lives
-        self._game_over_fn = ale.game_over
-        self._truncated_fn = ale.game_truncated
-        self._ep_frame_fn = ale.getEpisodeFrameNumber
-        self._frame_fn = ale.getFrameNumber
         self._resize, self._area = cv2.resize, cv2.INTER_AREA
 
         self.frame_skip, self.noop_max, self.stack_size = frame_skip, noop_max, stack_size
@@ -192,28 +235,10 @@ cdef class AtariStackCore:
 
     # -- ALE, as AtariEnv.step / _get_info call it --------------------------------------------
 
-    cdef inline object _info(self):
-        return {"lives": self._lives(), "episode_frame_number": self._ep_frame_fn(),
-                "frame_number": self._frame_fn()}
-
     cdef object _base_step(self, object action):
         """AtariEnv.step's frames (and a TimeLimit's count): (reward, terminated, truncated)."""
-        cdef int k = self._base_skip
-        cdef int j
-        cdef double reward = 0.0
-        if self._skip_range is not None:
-            k = self._base.np_random.integers(*self._skip_range)
-        action_idx = self._action_set[action]
-        act = self._act
-        for j in range(k):
-            reward += <double>act(action_idx, 1.0)
-        terminated = self._game_over_fn(with_truncation=False)
-        truncated = self._truncated_fn()
-        limit = self._time_limit
-        if limit is not None:
-            limit._elapsed_steps += 1
-            if limit._elapsed_steps >= limit._max_episode_steps:
-                truncated = True
+        cdef bint terminated, truncated
+        cdef double reward = self._ale.step(action, &terminated, &truncated)
         return reward, terminated, truncated
 
     # -- observation ------------------------------------------------------------------------
@@ -318,7 +343,7 @@ cdef class AtariStackCore:
                 self._grab(self.buf1)
             elif t == fs - 1:
                 self._grab(self.buf0)
-        return total_reward, terminated, truncated, self._info()
+        return total_reward, terminated, truncated, self._ale.info()
 
     cdef object _observe(self, object out):
         """The step's observation (after _advance), into ``out`` or a new array."""
@@ -336,7 +361,7 @@ cdef class AtariStackCore:
         noops = self._base.np_random.integers(1, self.noop_max + 1) if self.noop_max > 0 else 0
         for i in range(noops):
             _, terminated, truncated = self._base_step(0)
-            reset_info.update(self._info())
+            reset_info.update(self._ale.info())
             if terminated or truncated:
                 _, reset_info = self._inner.reset(seed=seed, options=options)
         self.lives = self._lives()
