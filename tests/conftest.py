@@ -22,7 +22,7 @@ SLOW_FILES = ("test_ray.py", "test_ray_restarts.py", "test_ray_infos.py", "test_
               "test_ray_torchrl.py", "test_ray_rllib.py", "test_bench_multiagent.py", "test_bench_hosts.py", "test_bench_train.py",
               "test_bench_real.py", "test_docs_snippets.py", "test_multiagent_example.py", "test_ppo_example.py",
               "test_soak.py", "test_cleanrl_example.py", "test_atari_stack.py",
-              "test_atari_resize.py")
+              "test_atari_resize.py", "test_atari_sb3_stack.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -6,21 +6,25 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 import numpy as np
 
+from fastvec.atari._sb3 import SB3StackCore
 from fastvec.atari._stack import AtariStackCore
 
 __all__ = ["CompiledAtariEnv"]
 
 
 class CompiledAtariEnv(gym.Env):
-    """Gymnasium's ``AtariPreprocessing`` (and a ``FrameStackObservation`` on it), compiled.
+    """Gymnasium's ``AtariPreprocessing`` (and a ``FrameStackObservation`` on it), or SB3's Atari
+    wrappers (CleanRL's stack), compiled.
 
     It stands in for the wrappers it replaces, over the same ale-py ``AtariEnv``: the same
     observation and action spaces, spec, metadata and render mode, and the base env's own
     ``np_random`` (``unwrapped`` is that ``AtariEnv``), so seeding, noop draws and sticky actions
-    are the ones the Python stack would give. Each :meth:`step` is one call into
-    :class:`fastvec.atari._stack.AtariStackCore`, which drives ``env.unwrapped.ale`` through
-    ale-py's public API and pools, resizes (``cv2.resize``, ``INTER_AREA``) and stacks the frames
-    in compiled code. Build it with :func:`fastvec.atari.compile_stack`, not directly.
+    are the ones the Python stack would give. Each :meth:`step` is one call into the compiled
+    core (:class:`fastvec.atari._stack.AtariStackCore` for ``AtariPreprocessing``,
+    :class:`fastvec.atari._sb3.SB3StackCore` for SB3's wrappers), which drives
+    ``env.unwrapped.ale`` through ale-py's public API and pools, resizes (OpenCV's
+    ``INTER_AREA``, bit for bit) and stacks the frames in compiled code. Build it with
+    :func:`fastvec.atari.compile_stack`, not directly.
 
     Example:
         >>> import gymnasium as gym
@@ -39,14 +43,14 @@ class CompiledAtariEnv(gym.Env):
         >>> env.close()
     """
 
-    def __init__(self, core: AtariStackCore, replaced: gym.Env, inner: gym.Env, description: str,
-                 wrapper_names: str):
+    def __init__(self, core: AtariStackCore | SB3StackCore, replaced: gym.Env, inner: gym.Env,
+                 description: str, wrapper_names: str):
         """Wraps a core; :func:`fastvec.atari.compile_stack` calls it.
 
         Args:
             core: the compiled stack's state and step.
             replaced: the outermost wrapper this env replaces (its spaces, spec and metadata).
-            inner: the env under ``AtariPreprocessing`` (renders and closes).
+            inner: the env under the lowest replaced wrapper (renders).
             description: what was compiled (the ``compiled_atari`` attribute).
             wrapper_names: the replaced wrappers' names, for ``str(env)``.
         """
@@ -142,7 +146,7 @@ class CompiledAtariEnv(gym.Env):
         return self._core.reset_into(out, seed, options)
 
     def render(self) -> Any:
-        """Renders the base env (through the wrappers under ``AtariPreprocessing``)."""
+        """Renders the base env (through the wrappers under the replaced ones)."""
         return self._inner.render()
 
     def close(self) -> None:
@@ -180,12 +184,17 @@ class CompiledAtariEnv(gym.Env):
 
     @property
     def lives(self) -> int:
-        """``AtariPreprocessing.lives``: the lives at the last reset, or life-loss check."""
+        """``AtariPreprocessing.lives`` or ``EpisodicLifeEnv.lives``: the lives at the last reset,
+        or life-loss check."""
         return self._core.lives
 
     @property
     def game_over(self) -> bool:
-        """``AtariPreprocessing.game_over``: whether the last step ended the game (or a life)."""
+        """``AtariPreprocessing.game_over``: whether the last step ended the game (or a life).
+
+        Raises:
+            AttributeError: an SB3 stack (it has no such attribute).
+        """
         return self._core.game_over
 
     def has_wrapper_attr(self, name: str) -> bool:
