@@ -110,6 +110,48 @@ def _run_disabled(envs, ref, steps: int, seed: int) -> None:
                         f"reset after {t}")
 
 
+def make_cleanrl(game: str = "Breakout", noop_max: int = 30, stack: int = 4) -> gym.Env:
+    """CleanRL's ppo_atari.py env (SB3's Atari wrappers, Gymnasium's observation wrappers)."""
+    from stable_baselines3.common.atari_wrappers import (
+        ClipRewardEnv,
+        EpisodicLifeEnv,
+        FireResetEnv,
+        MaxAndSkipEnv,
+        NoopResetEnv,
+    )
+
+    env = gym.make(f"{game}NoFrameskip-v4")
+    env = RecordEpisodeStatistics(env)
+    env = NoopResetEnv(env, noop_max=noop_max)
+    env = MaxAndSkipEnv(env, skip=4)
+    env = EpisodicLifeEnv(env)
+    if "FIRE" in env.unwrapped.get_action_meanings():
+        env = FireResetEnv(env)
+    env = ClipRewardEnv(env)
+    env = gym.wrappers.ResizeObservation(env, (84, 84))
+    env = gym.wrappers.GrayscaleObservation(env)
+    return gym.wrappers.FrameStackObservation(env, stack)
+
+
+@pytest.mark.parametrize("mode", list(AutoresetMode))
+@pytest.mark.parametrize("game, kwargs", [
+    ("Breakout", {}),  # FIRE, lives: episodes end at each life lost, games at the last
+    ("MsPacman", {"noop_max": 5, "stack": 2}),  # no FIRE
+])
+def test_compiled_cleanrl_stacks_step_as_sync_vector_env(mode, game, kwargs):
+    pytest.importorskip("stable_baselines3")
+    fns = [functools.partial(make_cleanrl, game, **kwargs)] * 4
+    ref = SyncVectorEnv(fns, autoreset_mode=mode)
+    with FastVectorEnv(fns, num_workers=2, autoreset_mode=mode) as envs:
+        assert all(note.startswith("compiled: RecordEpisodeStatistics + NoopResetEnv(noop_max=")
+                   for note in envs.compiled_wrappers), envs.compiled_wrappers
+        if mode is AutoresetMode.DISABLED:
+            _run_disabled(envs, ref, 500, 2)
+        else:
+            _run(envs, ref, 500, 2, envs.single_action_space.n)
+    ref.close()
+
+
 def test_send_recv_equals_sync_env_by_env():
     """send/recv (a batch of 2 of 4 envs): each env's results, in the order recv gives them,
     equal SyncVectorEnv's for that env (every env stepped with its own action sequence)."""
