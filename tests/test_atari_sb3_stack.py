@@ -30,7 +30,7 @@ from gymnasium.wrappers import (  # noqa: E402
 
 from fastvec.atari import CompiledAtariEnv, compile_stack  # noqa: E402
 from fastvec.atari._resize import area_resize  # noqa: E402
-from fastvec.atari._sb3 import gray_planes, rgb_planes  # noqa: E402
+from fastvec.atari._sb3 import gray_cv, gray_planes, rgb_planes  # noqa: E402
 from helpers import assert_same  # noqa: E402
 
 ClipRewardEnv = atari_wrappers.ClipRewardEnv
@@ -227,16 +227,58 @@ def test_a_sub_stack_under_an_unknown_wrapper_over_noops():
     _drive(make(), env, 600, seed=5, reseed_at=300)
 
 
-def test_sb3_atari_wrapper_compiles_up_to_warp_frame():
-    """SB3's own AtariWrapper: its NoopResetEnv..FireResetEnv compiled, WarpFrame and the rest Python."""
+def sb3(game="Breakout", stack=None, **kwargs):
+    """The user's lambda: SB3's AtariWrapper(**kwargs) (its wrappers; it stays Python on top)."""
     def make():
-        return atari_wrappers.AtariWrapper(gym.make("BreakoutNoFrameskip-v4"))
+        env = atari_wrappers.AtariWrapper(gym.make(f"{game}NoFrameskip-v4"), **kwargs)
+        return FrameStackObservation(env, stack) if stack else env
+    return make
 
-    env, reason = compile_stack(make())
-    assert reason is None
-    assert env.compiled_atari.startswith("NoopResetEnv(noop_max=30) + MaxAndSkipEnv(skip=4) + EpisodicLifeEnv + "
-                                         "FireResetEnv over BreakoutNoFrameskip-v4")
-    _drive(make(), env, 1000, seed=2, reseed_at=500)
+
+# (lambda, steps, min episode ends, 0: no RecordEpisodeStatistics to count games, what is compiled)
+SB3 = {
+    "breakout-sb3": (sb3("Breakout"), 2500, 30, 0, "NoopResetEnv(noop_max=30) + MaxAndSkipEnv(skip=4) + "
+                     "EpisodicLifeEnv + FireResetEnv + ClipRewardEnv + WarpFrame(width=84, height=84) over "
+                     "BreakoutNoFrameskip-v4"),
+    "pong-sb3-stack4": (sb3("Pong", stack=4), 2000, 1, 0, "NoopResetEnv(noop_max=30)"),
+    "mspacman-sb3-64-no-clip": (sb3("MsPacman", screen_size=64, clip_reward=False), 2000, 5, 0, None),
+    "breakout-sb3-no-life-no-noop": (sb3("Breakout", terminal_on_life_loss=False, noop_max=0), 1500, 3, 0,
+                                     "MaxAndSkipEnv(skip=4) + FireResetEnv + ClipRewardEnv + WarpFrame"),
+    "breakout-sb3-skip1": (sb3("Breakout", frame_skip=1, noop_max=3), 2000, 5, 0,
+                           "NoopResetEnv(noop_max=3) + EpisodicLifeEnv + FireResetEnv + ClipRewardEnv + WarpFrame"),
+}
+
+
+@pytest.mark.parametrize("case", list(SB3))
+def test_sb3_atari_wrapper_parity(case):
+    """SB3's own AtariWrapper: its wrappers compiled (WarpFrame included), AtariWrapper itself on top."""
+    make, steps, min_ends, min_games, expect = SB3[case]
+    _parity(make, steps, seed=3, min_ends=min_ends, min_games=min_games, expect=expect)
+
+
+def test_warp_frame_on_real_frames_equals_opencv():
+    """WarpFrame of every pooled screen of 750 steps of 2 games: cvtColor, then the plane's resize."""
+    for game in ("Breakout", "Seaquest"):
+        env = MaxAndSkipEnv(gym.make(f"{game}NoFrameskip-v4"), skip=4)
+        warp = atari_wrappers.WarpFrame(env)
+        env.reset(seed=0)
+        rng = np.random.default_rng(0)
+        for t in range(375):
+            obs, _, terminated, truncated, _ = env.step(int(rng.integers(env.action_space.n)))
+            buffers = env.get_wrapper_attr("_obs_buffer")
+            gray = gray_cv(buffers[0], buffers[1])
+            np.testing.assert_array_equal(gray, cv2.cvtColor(obs, cv2.COLOR_RGB2GRAY), err_msg=f"{game} {t}")
+            np.testing.assert_array_equal(area_resize(gray, np.empty((84, 84), np.uint8))[:, :, None],
+                                          warp.observation(obs), err_msg=f"{game} step {t}")
+            if terminated or truncated:
+                env.reset()
+        env.close()
+
+
+def test_cvt_color_equals_opencv_for_every_colour():
+    c = np.arange(1 << 24, dtype=np.uint32)
+    rgb = np.stack([(c >> 16) & 255, (c >> 8) & 255, c & 255], -1).astype(np.uint8).reshape(4096, 4096, 3)
+    np.testing.assert_array_equal(gray_cv(rgb), cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY))
 
 
 def test_a_resize_the_kernel_does_not_reproduce_stays_python():

@@ -7,7 +7,8 @@ wrappers runs (innermost first; each one optional, in this order):
   game episodes, and times them with ``time.perf_counter`` where the wrapper does),
 * SB3's ``NoopResetEnv``, ``MaxAndSkipEnv``, ``EpisodicLifeEnv``, ``FireResetEnv``,
 * and above those: SB3's ``ClipRewardEnv``, and Gymnasium's ``ResizeObservation`` then
-  ``GrayscaleObservation`` then ``FrameStackObservation`` (CleanRL's ``ppo_atari.py``).
+  ``GrayscaleObservation`` (CleanRL's ``ppo_atari.py``), or SB3's ``WarpFrame`` (SB3's
+  ``AtariWrapper``), then a ``FrameStackObservation``.
 
 Each wrapper's ``step``/``reset`` is one ``cdef`` method calling the one below, as the Python
 wrappers call each other, so that every ALE call, every draw from the base env's generator,
@@ -16,8 +17,9 @@ a wrapper keeps or returns it (the Python base env grabs it on every frame; the 
 wrappers drop change nothing). The pixels: SB3's max-pool over the last two frames and the
 split into three channel planes (``fv_rgb.h``), OpenCV's ``INTER_AREA`` resize of each plane
 (``fastvec.atari._resize``: ``cv2.resize`` of an RGB image resizes each channel alone, in the
-same float operations), Gymnasium's float64 grayscale (``fv_rgb.h``), the frame ring of
-``fastvec.atari._stack``. The wrappers' own state (``MaxAndSkipEnv``'s two screen buffers,
+same float operations), Gymnasium's float64 grayscale (``fv_rgb.h``); or, for ``WarpFrame``,
+OpenCV's fixed-point ``COLOR_RGB2GRAY`` (``fv_rgb.h``) and the resize of that one plane; the
+frame ring of ``fastvec.atari._stack``. The wrappers' own state (``MaxAndSkipEnv``'s two screen buffers,
 ``EpisodicLifeEnv``'s ``lives``/``was_real_done``, ``RecordEpisodeStatistics``' counters and
 queues) is read when the core is built and kept up to date in those wrapper objects.
 """
@@ -35,6 +37,16 @@ cdef extern from "fv_rgb.h":
                        uint8_t* r, uint8_t* g, uint8_t* bl) noexcept nogil   # OUT r, g, bl [n]
     void fv_gray_planes(const uint8_t* r, const uint8_t* g, const uint8_t* b, Py_ssize_t n,
                         uint8_t* out) noexcept nogil                            # OUT [n]
+    void fv_rgb_to_gray_cv(const uint8_t* a, const uint8_t* b, Py_ssize_t n,
+                           uint8_t* out) noexcept nogil                         # OUT [n]
+
+from libc.string cimport memcpy
+
+# The observation: the RGB screen; ResizeObservation + GrayscaleObservation; WarpFrame.
+cdef enum:
+    OBS_RGB = 0
+    OBS_RESIZE_GRAY = 1
+    OBS_WARP = 2
 
 
 cdef object _flat_bytes(object array):
@@ -60,12 +72,13 @@ cdef class SB3StackCore:
         clip: whether a ``ClipRewardEnv`` is there.
         resize: ``ResizeObservation``'s ``shape`` (height, width) when it and a
             ``GrayscaleObservation`` on it are compiled, else None (the observation is the
-            RGB screen, pooled when ``skip`` is there).
+            RGB screen, pooled when ``skip`` is there, or ``warp``'s).
         keep_dim: ``GrayscaleObservation``'s ``keep_dim``.
         stack_size: 0 without ``FrameStackObservation``, else its ``stack_size`` (needs ``resize``).
         padding: ``"reset"``, ``"zero"`` or ``"_custom"`` (the frame stack's ``padding_type``).
         padding_value: the custom padding observation (``"_custom"``), else None.
         queue: the frame stack's current frames, oldest first, or None.
+        warp: ``WarpFrame``'s (height, width) when it is compiled (and ``resize`` is None).
 
     Raises:
         ValueError: a buffer, shape or argument the core does not take.
@@ -99,7 +112,7 @@ cdef class SB3StackCore:
     cdef pixel_t[::1] _rgb_bytes
     cdef pixel_t[:, :, ::1] _planes_v, _small_v
     cdef AreaResize _area
-    cdef bint _gray
+    cdef int _mode                      # OBS_*
     cdef tuple _screen_shape, _frame_shape, _stack_shape
     cdef Py_ssize_t _frame_n
     cdef readonly int stack_size
@@ -110,7 +123,7 @@ cdef class SB3StackCore:
 
     def __init__(self, base, inner, time_limit, bint has_reset, record, noop, skip, life,
                  bint fire, bint clip, resize=None, bint keep_dim=False, int stack_size=0,
-                 str padding="reset", padding_value=None, queue=None):
+                 str padding="reset", padding_value=None, queue=None, warp=None):
         from time import perf_counter
 
         from gymnasium.error import ResetNeeded
@@ -165,16 +178,19 @@ cdef class SB3StackCore:
         # np.sign(float(reward)): a numpy float64 of -1, 0 or 1 (immutable: returned as they are)
         self._plus, self._minus, self._zero = np.sign(1.0), np.sign(-1.0), np.sign(0.0)
 
-        self._gray = resize is not None
+        if resize is not None and warp is not None:
+            raise ValueError(f"Expected a resize or a warp, got both: {resize}, {warp}")
+        self._mode = OBS_RESIZE_GRAY if resize is not None else OBS_WARP if warp is not None else OBS_RGB
         self._area = None
         self.stack_size = 0
-        if self._gray:
-            h, w = resize
+        if self._mode != OBS_RGB:
+            h, w = resize if resize is not None else warp
             self._area = AreaResize((height, width), (h, w))
+            # the source: three channel planes, or WarpFrame's one gray plane (the first)
             self._planes = np.zeros((3, height, width), np.uint8)
             self._small = np.zeros((3, h, w), np.uint8)
             self._planes_v, self._small_v = self._planes, self._small
-            self._frame_shape = (h, w, 1) if keep_dim else (h, w)
+            self._frame_shape = (h, w, 1) if keep_dim or self._mode == OBS_WARP else (h, w)
             self._frame_n = h * w
             if stack_size < 0:
                 raise ValueError(f"Expected a stack_size >= 0 (0: no frame stack), got {stack_size}")
@@ -374,21 +390,30 @@ cdef class SB3StackCore:
     cdef void _emit_screen(self) except *:
         """The current screen becomes the observation's source."""
         self._grab(self._rgb)
-        if self._gray:
+        if self._mode == OBS_RESIZE_GRAY:
             fv_rgb_planes(&self._rgb_bytes[0], NULL, self._screen_n,
                           &self._planes_v[0, 0, 0], &self._planes_v[1, 0, 0], &self._planes_v[2, 0, 0])
+        elif self._mode == OBS_WARP:
+            fv_rgb_to_gray_cv(&self._rgb_bytes[0], NULL, self._screen_n, &self._planes_v[0, 0, 0])
 
     cdef void _emit_pooled(self) noexcept:
         """MaxAndSkipEnv's max over its two buffers becomes the observation's source."""
-        if self._gray:
+        if self._mode == OBS_RESIZE_GRAY:
             fv_rgb_planes(&self._m0[0], &self._m1[0], self._screen_n,
                           &self._planes_v[0, 0, 0], &self._planes_v[1, 0, 0], &self._planes_v[2, 0, 0])
+        elif self._mode == OBS_WARP:
+            fv_rgb_to_gray_cv(&self._m0[0], &self._m1[0], self._screen_n, &self._planes_v[0, 0, 0])
         else:
             max_pool(&self._m0[0], &self._m1[0], &self._rgb_bytes[0], self._screen_n * 3)
 
     cdef void _frame_into(self, pixel_t* out) noexcept:
-        """ResizeObservation then GrayscaleObservation of the source, into ``out`` [h*w]."""
+        """The resized gray frame of the source, into ``out`` [h*w]: ResizeObservation then
+        GrayscaleObservation, or WarpFrame's resize of its gray plane."""
         cdef int c
+        if self._mode == OBS_WARP:
+            self._area.resize_into(self._planes_v[0], self._small_v[0])
+            memcpy(out, &self._small_v[0, 0, 0], self._frame_n)
+            return
         for c in range(3):
             self._area.resize_into(self._planes_v[c], self._small_v[c])
         fv_gray_planes(&self._small_v[0, 0, 0], &self._small_v[1, 0, 0], &self._small_v[2, 0, 0],
@@ -399,7 +424,7 @@ cdef class SB3StackCore:
         cdef pixel_t[::1] o
         cdef char* ring
         cdef Py_ssize_t slot
-        if not self._gray:
+        if self._mode == OBS_RGB:
             if out is None:
                 return self._rgb.copy()
             np.copyto(out, self._rgb)
@@ -529,6 +554,26 @@ def rgb_planes(a, b=None):
     with nogil:
         fv_rgb_planes(&av[0, 0, 0], &bv[0, 0, 0] if b is not None else NULL, o.shape[1] * o.shape[2],
                       &o[0, 0, 0], &o[1, 0, 0], &o[2, 0, 0])
+    return out
+
+
+def gray_cv(a, b=None):
+    """``cv2.cvtColor(a, cv2.COLOR_RGB2GRAY)`` (of ``np.maximum(a, b)`` when ``b`` is given), bit for bit.
+
+    Raises:
+        TypeError, ValueError: ``a`` (or ``b``) is not a C-contiguous uint8 (h, w, 3) array.
+    """
+    _check_image("a", a, a.shape if isinstance(a, np.ndarray) and a.ndim == 3 and a.shape[2] == 3
+                 else (-1, -1, 3))
+    if b is not None:
+        _check_image("b", b, a.shape)
+    out = np.empty(a.shape[:2], np.uint8)
+    cdef const uint8_t[:, :, ::1] av = a
+    cdef const uint8_t[:, :, ::1] bv = b if b is not None else a
+    cdef uint8_t[:, ::1] o = out
+    with nogil:
+        fv_rgb_to_gray_cv(&av[0, 0, 0], &bv[0, 0, 0] if b is not None else NULL, o.shape[0] * o.shape[1],
+                          &o[0, 0])
     return out
 
 

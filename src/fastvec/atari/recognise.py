@@ -1,6 +1,7 @@
-"""Recognising Gymnasium's Atari wrapper stack in a built env, and compiling it."""
+"""Recognising an Atari wrapper stack (Gymnasium's, or SB3's / CleanRL's) in a built env, and compiling it."""
 from __future__ import annotations
 
+import functools
 import sys
 
 import gymnasium as gym
@@ -18,6 +19,7 @@ from gymnasium.wrappers import (
 
 from fastvec.atari._resize import unsupported as _area_unsupported
 from fastvec.atari._sb3 import SB3StackCore
+from fastvec.atari._sb3 import gray_cv as _gray_cv
 from fastvec.atari._stack import AtariStackCore
 from fastvec.atari.env import CompiledAtariEnv
 
@@ -98,18 +100,31 @@ def _unsupported(ap: AtariPreprocessing, base: gym.Env) -> str | None:
 
 
 def compile_stack(env: gym.Env) -> tuple[gym.Env, str | None]:
-    """Replaces the Gymnasium Atari stack at the bottom of ``env`` by one compiled env.
+    """Replaces the Atari wrapper stack at the bottom of ``env`` by one compiled env.
 
-    The stack recognised, innermost first: ale-py's ``AtariEnv`` (as ``gym.make`` builds it:
-    ``PassiveEnvChecker``, ``OrderEnforcing`` and a ``TimeLimit`` may wrap it), Gymnasium's
-    ``AtariPreprocessing`` over it (any of its arguments; ``frame_skip > 1`` needs the base
-    env's ``frameskip=1``, as the wrapper itself demands), and optionally Gymnasium's
-    ``FrameStackObservation`` directly on that (any ``stack_size`` and ``padding_type``). That
-    part becomes one :class:`~fastvec.atari.env.CompiledAtariEnv` over the same ``AtariEnv``,
-    identical in its outputs (observations, rewards, terminated/truncated, infos, noop draws,
-    seeding); every wrapper above it is kept and re-pointed at it. The compiled env, and the
-    returned env, carry a ``compiled_atari`` attribute saying what was compiled. An env compiled
-    already is returned as it is, with no reason.
+    Two stacks are recognised over ale-py's ``AtariEnv`` (as ``gym.make`` builds it:
+    ``PassiveEnvChecker``, ``OrderEnforcing`` and a ``TimeLimit`` may wrap it), innermost first:
+
+    * Gymnasium's: ``AtariPreprocessing`` (any of its arguments; ``frame_skip > 1`` needs the
+      base env's ``frameskip=1``, as the wrapper itself demands), and optionally a
+      ``FrameStackObservation`` directly on it (any ``stack_size`` and ``padding_type``).
+    * SB3's / CleanRL's (``obs_type="rgb"``): Gymnasium's ``RecordEpisodeStatistics``, SB3's
+      ``NoopResetEnv`` (``noop_max > 0`` or ``override_num_noops``), ``MaxAndSkipEnv`` (any
+      ``skip``), ``EpisodicLifeEnv``, ``FireResetEnv``, each optional but in this order (at
+      least one of the four SB3 ones), then one SB3 ``ClipRewardEnv`` anywhere above those,
+      Gymnasium's ``ResizeObservation`` (a size the INTER_AREA kernel reproduces: 84x84,
+      64x64, 84x64, ...) with a ``GrayscaleObservation`` (either ``keep_dim``) on it, or SB3's
+      ``WarpFrame`` (such a size; SB3's ``AtariWrapper`` is these SB3 wrappers), and a
+      ``FrameStackObservation`` on that. The longest run of those from the bottom is compiled;
+      the first wrapper that does not fit, and every one above it, stays Python.
+
+    That part becomes one :class:`~fastvec.atari.env.CompiledAtariEnv` over the same
+    ``AtariEnv``, identical in its outputs (observations, rewards, terminated/truncated, infos,
+    noop draws, seeding; ``RecordEpisodeStatistics``' ``episode["t"]`` is timed by
+    ``time.perf_counter`` at the same points as the wrapper times it); every wrapper above it
+    is kept and re-pointed at it. The compiled env, and the returned env, carry a
+    ``compiled_atari`` attribute saying what was compiled. An env compiled already is returned
+    as it is, with no reason.
 
     Anything else is returned unchanged, with the reason it was not compiled.
 
@@ -143,6 +158,24 @@ def compile_stack(env: gym.Env) -> tuple[gym.Env, str | None]:
         >>> _, reason = compile_stack(AtariPreprocessing(gym.make("ALE/Breakout-v5", frameskip=1, obs_type="ram")))
         >>> reason
         "an AtariEnv with obs_type='ram' is not compiled (AtariPreprocessing grabs the screen)"
+
+        CleanRL's stack (SB3's wrappers):
+
+        >>> from gymnasium.wrappers import GrayscaleObservation, ResizeObservation
+        >>> from stable_baselines3.common.atari_wrappers import (
+        ...     ClipRewardEnv, EpisodicLifeEnv, FireResetEnv, MaxAndSkipEnv, NoopResetEnv)
+        >>> env = RecordEpisodeStatistics(gym.make("BreakoutNoFrameskip-v4"))
+        >>> env = FireResetEnv(EpisodicLifeEnv(MaxAndSkipEnv(NoopResetEnv(env, noop_max=30), skip=4)))
+        >>> env = GrayscaleObservation(ResizeObservation(ClipRewardEnv(env), (84, 84)))
+        >>> env, reason = compile_stack(FrameStackObservation(env, 4))
+        >>> print(env.compiled_atari)  # doctest: +NORMALIZE_WHITESPACE
+        RecordEpisodeStatistics + NoopResetEnv(noop_max=30) + MaxAndSkipEnv(skip=4) + EpisodicLifeEnv +
+        FireResetEnv + ClipRewardEnv + ResizeObservation(shape=(84, 84)) + GrayscaleObservation(keep_dim=False)
+        + FrameStackObservation(stack_size=4, padding_type='reset') over BreakoutNoFrameskip-v4 (frameskip=1):
+        compiled by fastvec.atari
+        >>> obs, info = env.reset(seed=1)
+        >>> obs.shape, info
+        ((4, 84, 84), {})
     """
     if not isinstance(env, gym.Env):
         raise TypeError(f"Expected a gymnasium.Env, got {type(env).__name__}: {env!r:.80}")
@@ -299,6 +332,8 @@ def _sb3_arguments(kind: str, wrapper: gym.Wrapper) -> str:
         return f"ResizeObservation(shape={wrapper.shape})"
     if kind == "GrayscaleObservation":
         return f"GrayscaleObservation(keep_dim={wrapper.keep_dim})"
+    if kind == "WarpFrame":
+        return f"WarpFrame(width={wrapper.width}, height={wrapper.height})"
     return kind
 
 
@@ -307,7 +342,26 @@ _SB3_STATE = {
     "NoopResetEnv": ("noop_max", "override_num_noops", "noop_action"),
     "MaxAndSkipEnv": ("_skip", "_obs_buffer"),
     "EpisodicLifeEnv": ("lives", "was_real_done"),
+    "WarpFrame": ("width", "height"),
 }
+
+
+@functools.cache
+def _cvt_color_unlike_ours() -> str | None:
+    """Why this process's ``cv2.cvtColor(rgb, COLOR_RGB2GRAY)`` is not fastvec's kernel's, or None.
+
+    OpenCV's fixed-point weights changed between versions (14 bits in OpenCV 3, 15 since): every
+    64th of the 2**24 colours (2 ms, once per process) tells them apart.
+    """
+    try:
+        import cv2
+    except ImportError:
+        return "OpenCV is not installed"
+    c = np.arange(0, 1 << 24, 64, dtype=np.uint32)
+    rgb = np.stack([(c >> 16) & 255, (c >> 8) & 255, c & 255], -1).astype(np.uint8).reshape(-1, 512, 3)
+    if not np.array_equal(cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY), _gray_cv(rgb)):
+        return f"this OpenCV's ({cv2.__version__}) COLOR_RGB2GRAY weights are not the ones fastvec reproduces"
+    return None
 
 
 def _sb3_unsupported(kind: str, wrapper: gym.Wrapper, screen: tuple[int, int]) -> str | None:
@@ -332,6 +386,13 @@ def _sb3_unsupported(kind: str, wrapper: gym.Wrapper, screen: tuple[int, int]) -
         why = _area_unsupported(screen, shape)
         if why is not None:
             return f"ResizeObservation(shape={shape}) is not compiled: {why}"
+    elif kind == "WarpFrame":
+        if not all(type(v) is int and v > 0 for v in (wrapper.width, wrapper.height)):
+            return (f"WarpFrame(width={wrapper.width!r}, height={wrapper.height!r}) is not compiled "
+                    "(positive ints expected)")
+        why = _area_unsupported(screen, (wrapper.height, wrapper.width)) or _cvt_color_unlike_ours()
+        if why is not None:
+            return f"WarpFrame(width={wrapper.width}, height={wrapper.height}) is not compiled: {why}"
     return None
 
 
@@ -340,8 +401,8 @@ def _compile_sb3(env: gym.Env, chain: list[gym.Wrapper], i: int, base: gym.Env) 
 
     Innermost first: ``RecordEpisodeStatistics``, ``NoopResetEnv``, ``MaxAndSkipEnv``,
     ``EpisodicLifeEnv``, ``FireResetEnv`` (each optional, in this order), then
-    ``ResizeObservation`` + ``GrayscaleObservation`` (together) and a ``FrameStackObservation``
-    on them, with one ``ClipRewardEnv`` anywhere above the first five. The run stops at the
+    ``ResizeObservation`` + ``GrayscaleObservation`` (together) or SB3's ``WarpFrame``, and a
+    ``FrameStackObservation`` on them, with one ``ClipRewardEnv`` anywhere above the first five. The run stops at the
     first wrapper that does not fit; it and those above it stay Python.
     """
     reason = _unsupported_base(base)
@@ -362,16 +423,17 @@ def _compile_sb3(env: gym.Env, chain: list[gym.Wrapper], i: int, base: gym.Env) 
         kind = _kind(wrapper)
         why = _sb3_unsupported(kind, wrapper, (height, width)) if kind else None
         if kind in _LOGIC and rank < _LOGIC.index(kind) and "ClipRewardEnv" not in parts \
-                and "ResizeObservation" not in parts:
+                and "ResizeObservation" not in parts and "WarpFrame" not in parts:
             rank = _LOGIC.index(kind)
         elif kind == "ClipRewardEnv" and kind not in parts and rank > 0:
             pass
-        elif kind == "ResizeObservation" and kind not in parts and rank > 0:
+        elif kind in ("ResizeObservation", "WarpFrame") and rank > 0 and not (
+                "ResizeObservation" in parts or "WarpFrame" in parts):
             pass
         elif kind == "GrayscaleObservation" and "ResizeObservation" in parts and kind not in parts:
             pass
-        elif (kind == "FrameStackObservation" and "GrayscaleObservation" in parts and kind not in parts
-              and _frame_stack(wrapper) is not None):
+        elif (kind == "FrameStackObservation" and ("GrayscaleObservation" in parts or "WarpFrame" in parts)
+              and kind not in parts and _frame_stack(wrapper) is not None):
             pass
         else:
             stopped = f"{type(wrapper).__name__} over {below} is not compiled"
@@ -389,8 +451,8 @@ def _compile_sb3(env: gym.Env, chain: list[gym.Wrapper], i: int, base: gym.Env) 
             return env, f"nothing compiled: {stopped}"
         return env, (f"nothing compiled: {stopped or below + ' alone is not compiled'} (fastvec compiles SB3's "
                      "NoopResetEnv, MaxAndSkipEnv, EpisodicLifeEnv, FireResetEnv, in this order, over an optional "
-                     "RecordEpisodeStatistics, then ClipRewardEnv, ResizeObservation + GrayscaleObservation, "
-                     "FrameStackObservation)")
+                     "RecordEpisodeStatistics, then ClipRewardEnv, ResizeObservation + GrayscaleObservation "
+                     "or WarpFrame, FrameStackObservation)")
     top_index, parts = committed
     limit, reason = _check_under(chain, i, list(parts.values()), type(chain[i]).__name__)
     if reason is not None:
@@ -400,8 +462,9 @@ def _compile_sb3(env: gym.Env, chain: list[gym.Wrapper], i: int, base: gym.Env) 
     if "FrameStackObservation" in parts:
         stack_size, padding, padding_value, queue, stacked = _frame_stack(parts["FrameStackObservation"])
     gray = parts.get("GrayscaleObservation")
+    warp = parts.get("WarpFrame")
     order = [kind for kind in (*_LOGIC, "ClipRewardEnv", "ResizeObservation", "GrayscaleObservation",
-                               "FrameStackObservation") if kind in parts]
+                               "WarpFrame", "FrameStackObservation") if kind in parts]
     names = "+".join(order)
     description = " + ".join(stacked if kind == "FrameStackObservation" else _sb3_arguments(kind, parts[kind])
                              for kind in order)
@@ -414,6 +477,7 @@ def _compile_sb3(env: gym.Env, chain: list[gym.Wrapper], i: int, base: gym.Env) 
             tuple(parts["ResizeObservation"].shape) if gray is not None else None,
             bool(gray.keep_dim) if gray is not None else False,
             stack_size, padding, padding_value, queue,
+            (warp.height, warp.width) if warp is not None else None,
         )
     except (ValueError, TypeError) as e:
         return env, f"{names} not compiled: {e}"
