@@ -1,8 +1,11 @@
 """Worker side: the wrapper stacks fastvec compiles in the worker (``FastVectorEnv(...,
 compile_wrappers=True)``, the default), applied to each env as its worker builds it.
 
-Today one kind is recognised: Gymnasium's Atari preprocessing (``AtariPreprocessing``, and a
-``FrameStackObservation`` directly on it) over ale-py's ``AtariEnv``, compiled by
+Today the Atari stacks are recognised, over ale-py's ``AtariEnv``: Gymnasium's
+(``AtariPreprocessing``, and a ``FrameStackObservation`` directly on it) and SB3's / CleanRL's
+(``RecordEpisodeStatistics``, ``NoopResetEnv``, ``MaxAndSkipEnv``, ``EpisodicLifeEnv``,
+``FireResetEnv``, ``ClipRewardEnv``, ``ResizeObservation`` + ``GrayscaleObservation``,
+``FrameStackObservation``, or a run of them from the bottom), compiled by
 :func:`fastvec.atari.compile_stack` with outputs identical to the Python wrappers'. An env of
 any other kind is left exactly as its ``env_fn`` built it, without importing the Atari
 package (nor OpenCV) in the worker.
