@@ -30,7 +30,7 @@ from gymnasium.wrappers import (  # noqa: E402
 
 from fastvec.atari import CompiledAtariEnv, compile_stack  # noqa: E402
 from fastvec.atari._resize import area_resize  # noqa: E402
-from fastvec.atari._sb3 import gray_cv, gray_planes, rgb_planes  # noqa: E402
+from fastvec.atari._sb3 import gray_cv, gray_planes, rgb_planes, rgb_simd  # noqa: E402
 from helpers import assert_same  # noqa: E402
 
 ClipRewardEnv = atari_wrappers.ClipRewardEnv
@@ -470,6 +470,24 @@ def test_gray_equals_numpy_for_every_colour():
     rgb = np.stack([(c >> 16) & 255, (c >> 8) & 255, c & 255], -1).astype(np.uint8).reshape(4096, 4096, 3)
     expected = np.sum(np.multiply(rgb, WEIGHTS), axis=-1).astype(np.uint8)
     np.testing.assert_array_equal(gray_planes(np.ascontiguousarray(rgb.transpose(2, 0, 1))), expected)
+
+
+@pytest.mark.parametrize("simd", [True, False])
+def test_rgb_planes_both_loops_any_width(simd):
+    """The SSSE3 loop (16 pixels at a time, the rest by the plain loop) and the plain loop."""
+    rng = np.random.default_rng(int(simd))
+    before = rgb_simd()
+    try:
+        if simd and not rgb_simd(True):
+            pytest.skip("no SSSE3 here")
+        rgb_simd(simd)
+        for shape in [(210, 160, 3), (1, 1, 3), (1, 15, 3), (1, 16, 3), (1, 17, 3), (3, 33, 3), (7, 5, 3)]:
+            for _ in range(20):
+                a, b = (rng.integers(0, 256, shape, dtype=np.uint8) for _ in range(2))
+                np.testing.assert_array_equal(rgb_planes(a), a.transpose(2, 0, 1))
+                np.testing.assert_array_equal(rgb_planes(a, b), np.maximum(a, b).transpose(2, 0, 1))
+    finally:
+        rgb_simd(before)
 
 
 def test_kernels_check_their_inputs():

@@ -40,7 +40,21 @@ cdef extern from "fv_rgb.h":
     void fv_rgb_to_gray_cv(const uint8_t* a, const uint8_t* b, Py_ssize_t n,
                            uint8_t* out) noexcept nogil                         # OUT [n]
 
+    void fv_rgb_init() noexcept nogil
+    int fv_rgb_select(int on) noexcept nogil
+    int fv_rgb_simd
+
 from libc.string cimport memcpy
+
+fv_rgb_init()
+
+
+def rgb_simd(on=None):
+    """Whether ``rgb_planes`` (and the core's split into planes) uses its SSSE3 loop; ``on``
+    switches it (for tests: both give the same bytes; on needs an x86 CPU with SSSE3)."""
+    if on is not None:
+        fv_rgb_select(1 if on else 0)
+    return bool(fv_rgb_simd)
 
 # The observation: the RGB screen; ResizeObservation + GrayscaleObservation; WarpFrame.
 cdef enum:

@@ -13,6 +13,13 @@
 #include <stdint.h>
 #include <stddef.h>
 
+#if !defined(FV_NO_DISPATCH) && (defined(__x86_64__) || defined(__i386__)) \
+    && !defined(_WIN32) && !defined(__APPLE__) \
+    && ((defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 8))
+#define FV_RGB_DISPATCH 1
+#include <immintrin.h>
+#endif
+
 #if defined(__clang__)
 #define FV_RGB_NO_CONTRACT _Pragma("clang fp contract(off)")
 #else
@@ -23,9 +30,32 @@
 #pragma GCC optimize ("fp-contract=off")
 #endif
 
-/* r/g/b[i] = channel c of pixel i of `a` (interleaved RGB), or of max(a, b) when b is not NULL. */
-static void fv_rgb_planes(const uint8_t *a, const uint8_t *b, ptrdiff_t n,
-                          uint8_t *r, uint8_t *g, uint8_t *bl) {
+/* Whether fv_rgb_planes uses its SSSE3 loop (set by fv_rgb_init, changed by fv_rgb_select). */
+static int fv_rgb_simd = 0, fv_rgb_simd_max = 0;
+/* [channel][register][lane]: which byte of 16 pixels' 3 registers goes to lane p (0x80: none). */
+static uint8_t fv_rgb_masks[3][3][16];
+
+static int fv_rgb_select(int on) {
+    fv_rgb_simd = on && fv_rgb_simd_max;
+    return fv_rgb_simd;
+}
+
+static void fv_rgb_init(void) {
+    for (int c = 0; c < 3; c++)
+        for (int k = 0; k < 3; k++)
+            for (int p = 0; p < 16; p++) {
+                int byte = 3 * p + c;
+                fv_rgb_masks[c][k][p] = byte / 16 == k ? (uint8_t)(byte % 16) : 0x80;
+            }
+#if defined(FV_RGB_DISPATCH)
+    __builtin_cpu_init();
+    fv_rgb_simd_max = __builtin_cpu_supports("ssse3") ? 1 : 0;
+#endif
+    fv_rgb_select(1);
+}
+
+static void fv_rgb_planes_plain(const uint8_t *a, const uint8_t *b, ptrdiff_t n,
+                                uint8_t *r, uint8_t *g, uint8_t *bl) {
     if (b == NULL) {
         for (ptrdiff_t i = 0; i < n; i++) {
             r[i] = a[3 * i];
@@ -40,6 +70,51 @@ static void fv_rgb_planes(const uint8_t *a, const uint8_t *b, ptrdiff_t n,
         x = a[3 * i + 1]; y = b[3 * i + 1]; g[i] = x > y ? x : y;
         x = a[3 * i + 2]; y = b[3 * i + 2]; bl[i] = x > y ? x : y;
     }
+}
+
+#if defined(FV_RGB_DISPATCH)
+/* 16 pixels (3 registers) at a time: the max (SSE2), then each channel gathered from the three
+ * registers by byte shuffles and OR'd together; the last n % 16 pixels by the plain loop. */
+__attribute__((target("ssse3")))
+static void fv_rgb_planes_ssse3(const uint8_t *a, const uint8_t *b, ptrdiff_t n,
+                                uint8_t *r, uint8_t *g, uint8_t *bl) {
+    __m128i m[3][3];
+    uint8_t *out[3] = {r, g, bl};
+    for (int c = 0; c < 3; c++)
+        for (int k = 0; k < 3; k++)
+            m[c][k] = _mm_loadu_si128((const __m128i *)fv_rgb_masks[c][k]);
+    ptrdiff_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const uint8_t *pa = a + 3 * i;
+        __m128i v0 = _mm_loadu_si128((const __m128i *)pa);
+        __m128i v1 = _mm_loadu_si128((const __m128i *)(pa + 16));
+        __m128i v2 = _mm_loadu_si128((const __m128i *)(pa + 32));
+        if (b != NULL) {
+            const uint8_t *pb = b + 3 * i;
+            v0 = _mm_max_epu8(v0, _mm_loadu_si128((const __m128i *)pb));
+            v1 = _mm_max_epu8(v1, _mm_loadu_si128((const __m128i *)(pb + 16)));
+            v2 = _mm_max_epu8(v2, _mm_loadu_si128((const __m128i *)(pb + 32)));
+        }
+        for (int c = 0; c < 3; c++) {
+            __m128i x = _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(v0, m[c][0]), _mm_shuffle_epi8(v1, m[c][1])),
+                                     _mm_shuffle_epi8(v2, m[c][2]));
+            _mm_storeu_si128((__m128i *)(out[c] + i), x);
+        }
+    }
+    fv_rgb_planes_plain(a + 3 * i, b == NULL ? NULL : b + 3 * i, n - i, r + i, g + i, bl + i);
+}
+#endif
+
+/* r/g/b[i] = channel c of pixel i of `a` (interleaved RGB), or of max(a, b) when b is not NULL. */
+static void fv_rgb_planes(const uint8_t *a, const uint8_t *b, ptrdiff_t n,
+                          uint8_t *r, uint8_t *g, uint8_t *bl) {
+#if defined(FV_RGB_DISPATCH)
+    if (fv_rgb_simd) {
+        fv_rgb_planes_ssse3(a, b, n, r, g, bl);
+        return;
+    }
+#endif
+    fv_rgb_planes_plain(a, b, n, r, g, bl);
 }
 
 /* out[i] = (uint8)(r[i]*0.2125 + g[i]*0.7154 + b[i]*0.0721), in doubles, left to right. The sum
