@@ -210,3 +210,15 @@ def test_the_flag_off_and_a_stack_left_in_python_say_so():
     ref.close()
     with FastVectorEnv([lambda: gym.make("CartPole-v1")], num_workers=1) as envs:
         assert envs.compiled_wrappers == (None,)
+
+
+def test_a_stack_left_in_python_is_not_marked_on_the_users_env():
+    """The reason is kept beside the env, not set on it: the env is exactly as env_fn built it."""
+    from fastvec.vector._worker.compiled_stacks import StackCompiler, compile_note
+
+    env = StackCompiler(lambda: MyPreprocessing(gym.make("ALE/Pong-v5", frameskip=1)))()
+    assert type(env) is MyPreprocessing
+    assert compile_note(env).startswith("not compiled: MyPreprocessing directly over")
+    assert not [name for name in vars(env) if "fastvec" in name]
+    assert compile_note(MyPreprocessing(gym.make("ALE/Pong-v5", frameskip=1))) is None  # never compiled
+    env.close()

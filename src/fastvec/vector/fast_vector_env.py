@@ -181,9 +181,10 @@ class FastVectorEnv(WorkerVectorEnv):
             :meth:`stats` reads them, and so does ``python -m fastvec.monitor PID`` from
             another process. False: nothing is counted. See ``docs/monitor.md``.
         compile_wrappers: run the wrapper stacks fastvec recognises compiled in the workers,
-            with outputs identical to the Python wrappers' (default True): today Gymnasium's
-            ``AtariPreprocessing`` (and a ``FrameStackObservation`` directly on it) over
-            ale-py's ``AtariEnv``; wrappers above them stay Python. :attr:`compiled_wrappers`
+            with outputs identical to the Python wrappers' (default True): today, over ale-py's
+            ``AtariEnv``, Gymnasium's ``AtariPreprocessing`` (and a ``FrameStackObservation``
+            directly on it), or SB3's / CleanRL's Atari wrappers (``NoopResetEnv``,
+            ``MaxAndSkipEnv``, ``EpisodicLifeEnv``, ...); wrappers above them stay Python. :attr:`compiled_wrappers`
             says, per env, what was compiled or why not. ``False``: every env runs as its
             ``env_fn`` built it. See ``docs/atari.md``.
 

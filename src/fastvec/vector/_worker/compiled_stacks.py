@@ -17,12 +17,16 @@ compile the same way; what happened to each env is in its worker's hello
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable
 
 __all__ = ["StackCompiler", "compile_note"]
 
-# Set on an env whose stack looked compilable but was left in Python: why (read by compile_note).
-_REASON_ATTRIBUTE = "fastvec_not_compiled"
+# Why each env whose stack looked compilable was left in Python (read by compile_note), kept
+# beside the env rather than set on it: the user's env object stays exactly as env_fn built it.
+# Weak keys: an env closed and dropped (a rebuilt one, say) takes its entry with it. Per
+# process, as compile_note runs where the env was built.
+_not_compiled: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _is_atari(env: Any) -> bool:
@@ -50,6 +54,11 @@ class StackCompiler:
         >>> compile_note(StackCompiler(lambda: gym.make("CartPole-v1"))()) is None
         True
         >>> env.close()
+        >>> left = StackCompiler(lambda: gym.make("ALE/Pong-v5"))()  # no preprocessing to compile
+        >>> compile_note(left)
+        'not compiled: no AtariPreprocessing over the AtariEnv: nothing compiled'
+        >>> [name for name in vars(left) if "fastvec" in name]  # the user's env is left as it was
+        []
     """
 
     def __init__(self, env_fn: Callable[[], Any]) -> None:
@@ -64,8 +73,8 @@ class StackCompiler:
         compiled, reason = compile_stack(env)
         if reason is not None:
             try:
-                setattr(compiled, _REASON_ATTRIBUTE, reason)
-            except AttributeError:  # pragma: no cover - an env with __slots__
+                _not_compiled[compiled] = reason
+            except TypeError:  # pragma: no cover - an env that is unhashable or not weak-referenceable
                 pass
         return compiled
 
@@ -77,5 +86,8 @@ def compile_note(env: Any) -> str | None:
     described = getattr(env, "compiled_atari", None)
     if described is not None:
         return f"compiled: {described}"
-    reason = getattr(env, _REASON_ATTRIBUTE, None)
+    try:
+        reason = _not_compiled.get(env)
+    except TypeError:  # an unhashable env: none was recorded
+        reason = None
     return None if reason is None else f"not compiled: {reason}"
