@@ -30,7 +30,7 @@ import numpy as np
 cimport cython
 
 from fastvec.atari._resize cimport AreaResize
-from fastvec.atari._stack cimport AleDriver, fill_slots, max_pool, pixel_t, unroll_ring
+from fastvec.atari._stack cimport AleDriver, check_out, fill_slots, max_pool, pixel_t, unroll_ring
 
 cdef extern from "fv_rgb.h":
     void fv_rgb_planes(const uint8_t* a, const uint8_t* b, Py_ssize_t n,
@@ -470,17 +470,7 @@ cdef class SB3StackCore:
 
     cdef object _check_out(self, object out):
         """``out`` as step_into/reset_into need it, or a ValueError/TypeError saying what came."""
-        shape = self._stack_shape if self.stack_size else self._frame_shape
-        if not isinstance(out, np.ndarray):
-            raise TypeError(f"Expected out to be a numpy array of shape {shape} and dtype uint8, "
-                            f"got {type(out).__name__}")
-        if out.shape != shape or out.dtype != np.uint8:
-            raise ValueError(f"Expected out of shape {shape} and dtype uint8, "
-                             f"got shape {out.shape} and dtype {out.dtype}")
-        if not out.flags.c_contiguous or not out.flags.writeable:
-            raise ValueError("Expected out to be a writable C-contiguous array, got "
-                             f"c_contiguous={out.flags.c_contiguous}, writeable={out.flags.writeable}")
-        return out
+        return check_out(out, self._stack_shape if self.stack_size else self._frame_shape, np.uint8)
 
     # -- the env's step and reset -------------------------------------------------------------
 

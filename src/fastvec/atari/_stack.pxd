@@ -28,6 +28,10 @@ cdef void fill_slots(char* ring,            # OUT [n_fill * slot_bytes]
                      const char* frame, Py_ssize_t slot_bytes,
                      Py_ssize_t n_fill) noexcept nogil
 
+# `out` as a step_into/reset_into of a compiled core takes it (a writable C-contiguous array of
+# that shape and dtype), or a TypeError/ValueError saying what was expected and what came.
+cdef object check_out(object out, tuple shape, object dtype)
+
 
 # One ale-py AtariEnv's ALE, driven as AtariEnv.step drives it (shared by the compiled cores).
 cdef class AleDriver:

@@ -57,6 +57,20 @@ cdef object _flat_bytes(object array):
     return array.reshape(-1).view(np.uint8)
 
 
+cdef object check_out(object out, tuple shape, object dtype):
+    """``out`` as a compiled core's step_into/reset_into takes it, or a TypeError/ValueError."""
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"Expected out to be a numpy array of shape {shape} and dtype {np.dtype(dtype)}, "
+                        f"got {type(out).__name__}")
+    if out.shape != shape or out.dtype != dtype:
+        raise ValueError(f"Expected out of shape {shape} and dtype {np.dtype(dtype)}, "
+                         f"got shape {out.shape} and dtype {out.dtype}")
+    if not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError("Expected out to be a writable C-contiguous array, got "
+                         f"c_contiguous={out.flags.c_contiguous}, writeable={out.flags.writeable}")
+    return out
+
+
 cdef class AleDriver:
     """The ALE of one ale-py ``AtariEnv``, stepped as ``AtariEnv.step`` steps it.
 
@@ -306,17 +320,7 @@ cdef class AtariStackCore:
 
     cdef object _check_out(self, object out):
         """``out`` as step_into/reset_into need it, or a ValueError/TypeError saying what came."""
-        shape = self._stack_shape if self.stack_size else self._frame_shape
-        if not isinstance(out, np.ndarray):
-            raise TypeError(f"Expected out to be a numpy array of shape {shape} and dtype {self._dtype}, "
-                            f"got {type(out).__name__}")
-        if out.shape != shape or out.dtype != self._dtype:
-            raise ValueError(f"Expected out of shape {shape} and dtype {self._dtype}, "
-                             f"got shape {out.shape} and dtype {out.dtype}")
-        if not out.flags.c_contiguous or not out.flags.writeable:
-            raise ValueError("Expected out to be a writable C-contiguous array, got "
-                             f"c_contiguous={out.flags.c_contiguous}, writeable={out.flags.writeable}")
-        return out
+        return check_out(out, self._stack_shape if self.stack_size else self._frame_shape, self._dtype)
 
     # -- the env's step and reset -------------------------------------------------------------
 
