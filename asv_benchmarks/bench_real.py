@@ -1,4 +1,4 @@
-"""asv: real workloads (MuJoCo, Atari Pong and Breakout) on every vector backend, and the limit of the cores.
+"""asv: real workloads (MuJoCo, Atari Pong, Breakout, MsPacman and SpaceInvaders) on every vector backend, and the limit of the cores.
 
 ``RealStep.time_step`` is the time of ``STEPS`` vector steps; compare it across
 ``backend`` for the same workload and ``num_envs``. ``RealLimit.track_sps`` is what

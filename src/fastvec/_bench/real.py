@@ -1,4 +1,4 @@
-"""Real workloads: MuJoCo and Atari (Pong, Breakout) on every vector backend, against the limit of the cores.
+"""Real workloads: MuJoCo and Atari (Pong, Breakout, MsPacman, SpaceInvaders) on every vector backend, against the limit of the cores.
 
 Each workload runs at 8 and 16 envs on SyncVectorEnv, AsyncVectorEnv, SB3's
 SubprocVecEnv (when installed) and FastVectorEnv in both stepping modes. Next to
@@ -70,8 +70,11 @@ WORKLOADS = (
     Workload("HalfCheetah-v5", functools.partial(make_mujoco, "HalfCheetah-v5"), 4000, "HalfCheetah-v5"),
     # Hopper: about 2.5x HalfCheetah's step time here, and an episode ends every ~25 random steps (autoreset).
     Workload("Hopper-v5", functools.partial(make_mujoco, "Hopper-v5"), 2000, "Hopper-v5"),
+    # (the game's name in Gymnasium and EnvPool, and its ROM's in ale-py's AtariVectorEnv)
     *(Workload(f"{game}NoFrameskip-v4, preprocessed", functools.partial(make_atari, game), 400, f"{game}-v5",
-               _ATARI_ENVPOOL, ale_game=game.lower()) for game in ("Pong", "Breakout")),
+               _ATARI_ENVPOOL, ale_game=rom)
+      for game, rom in (("Pong", "pong"), ("Breakout", "breakout"), ("MsPacman", "ms_pacman"),
+                        ("SpaceInvaders", "space_invaders"))),
 )
 
 
