@@ -30,7 +30,7 @@ import numpy as np
 cimport cython
 
 from fastvec.atari._resize cimport AreaResize
-from fastvec.atari._stack cimport AleDriver, check_out, fill_slots, max_pool, pixel_t, unroll_ring
+from fastvec.atari._stack cimport AleDriver, check_out, fill_slots, frame_ring, max_pool, pixel_t, unroll_ring
 
 cdef extern from "fv_rgb.h":
     void fv_rgb_planes(const uint8_t* a, const uint8_t* b, Py_ssize_t n,
@@ -206,26 +206,13 @@ cdef class SB3StackCore:
             self._planes_v, self._small_v = self._planes, self._small
             self._frame_shape = (h, w, 1) if keep_dim or self._mode == OBS_WARP else (h, w)
             self._frame_n = h * w
-            if stack_size < 0:
-                raise ValueError(f"Expected a stack_size >= 0 (0: no frame stack), got {stack_size}")
-            if padding not in ("reset", "zero", "_custom"):
-                raise ValueError(f"Expected a padding of 'reset', 'zero' or '_custom', got {padding!r}")
-            self._padding = ("reset", "zero", "_custom").index(padding)
+            self._padding, self._ring, self._pad = frame_ring(stack_size, self._frame_shape, np.uint8, padding,
+                                                              padding_value, queue)
             self.stack_size = stack_size
             if stack_size:
                 self._stack_shape = (stack_size,) + self._frame_shape
-                self._ring = np.zeros(self._stack_shape, np.uint8)
                 self._ring_bytes = _flat_bytes(self._ring)
-                self._pad = np.zeros(self._frame_shape, np.uint8)
-                if self._padding == 2:
-                    np.copyto(self._pad, padding_value, casting="no")
                 self._pad_bytes = _flat_bytes(self._pad)
-                if queue is not None:
-                    frames = list(queue)
-                    if len(frames) != stack_size:
-                        raise ValueError(f"Expected {stack_size} stacked frames, got {len(frames)}")
-                    for i in range(stack_size):
-                        np.copyto(self._ring[i], frames[i], casting="no")
                 self._head = 0
         elif stack_size:
             raise ValueError("Expected no frame stack over the RGB screen (a stack needs resize), "

@@ -33,6 +33,13 @@ cdef void fill_slots(char* ring,            # OUT [n_fill * slot_bytes]
 cdef object check_out(object out, tuple shape, object dtype)
 
 
+# FrameStackObservation's state for a compiled core: (padding index (reset 0, zero 1, custom 2),
+# the ring of stack_size frames, the padding frame), ring and pad None without a stack; the
+# queue's frames copied into the ring. ValueError for a bad stack_size, padding or queue.
+cdef tuple frame_ring(Py_ssize_t stack_size, tuple frame_shape, object dtype, object padding,
+                      object padding_value, object queue)
+
+
 # One ale-py AtariEnv's ALE, driven as AtariEnv.step drives it (shared by the compiled cores).
 cdef class AleDriver:
     cdef object base            # the AtariEnv

@@ -57,6 +57,29 @@ cdef object _flat_bytes(object array):
     return array.reshape(-1).view(np.uint8)
 
 
+cdef tuple frame_ring(Py_ssize_t stack_size, tuple frame_shape, object dtype, object padding,
+                      object padding_value, object queue):
+    """FrameStackObservation's state for a compiled core (see _stack.pxd)."""
+    if stack_size < 0:
+        raise ValueError(f"Expected a stack_size >= 0 (0: no frame stack), got {stack_size}")
+    if padding not in ("reset", "zero", "_custom"):
+        raise ValueError(f"Expected a padding of 'reset', 'zero' or '_custom', got {padding!r}")
+    cdef int index = ("reset", "zero", "_custom").index(padding)
+    if not stack_size:
+        return index, None, None
+    ring = np.zeros((stack_size,) + frame_shape, dtype)
+    pad = np.zeros(frame_shape, dtype)
+    if index == 2:
+        np.copyto(pad, padding_value, casting="no")
+    if queue is not None:
+        frames = list(queue)
+        if len(frames) != stack_size:
+            raise ValueError(f"Expected {stack_size} stacked frames, got {len(frames)}")
+        for i in range(stack_size):
+            np.copyto(ring[i], frames[i], casting="no")
+    return index, ring, pad
+
+
 cdef object check_out(object out, tuple shape, object dtype):
     """``out`` as a compiled core's step_into/reset_into takes it, or a TypeError/ValueError."""
     if not isinstance(out, np.ndarray):
@@ -223,28 +246,15 @@ cdef class AtariStackCore:
         self._scratch = np.zeros(self._resized_shape, np.uint8)
         self._scratch_bytes = _flat_bytes(self._scratch)
 
-        if stack_size < 0:
-            raise ValueError(f"Expected a stack_size >= 0 (0: no frame stack), got {stack_size}")
-        if padding not in ("reset", "zero", "_custom"):
-            raise ValueError(f"Expected a padding of 'reset', 'zero' or '_custom', got {padding!r}")
-        self._padding = ("reset", "zero", "_custom").index(padding)
+        self._padding, self._ring, self._pad = frame_ring(stack_size, self._frame_shape, self._dtype, padding,
+                                                          padding_value, queue)
         if stack_size:
             self._stack_shape = (stack_size,) + self._frame_shape
-            self._ring = np.zeros(self._stack_shape, self._dtype)
             self._ring_bytes = _flat_bytes(self._ring)
             self._slot_bytes = self._ring.nbytes // stack_size
-            self._pad = np.zeros(self._frame_shape, self._dtype)
-            if self._padding == 2:
-                np.copyto(self._pad, padding_value, casting="no")
             self._pad_bytes = _flat_bytes(self._pad)
             # the resize's destination in each slot (uint8 stacks only)
             self._dst_views = [self._ring[i].reshape(self._resized_shape) for i in range(stack_size)]
-            if queue is not None:
-                frames = list(queue)
-                if len(frames) != stack_size:
-                    raise ValueError(f"Expected {stack_size} stacked frames, got {len(frames)}")
-                for i in range(stack_size):
-                    np.copyto(self._ring[i], frames[i], casting="no")
             self._head = 0
 
     # -- ALE, as AtariEnv.step / _get_info call it --------------------------------------------
