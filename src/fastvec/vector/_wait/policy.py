@@ -246,7 +246,8 @@ class CallerWaits:
         thread (a small policy's forward pass) leaves a core free, and a worker spinning there
         costs it nothing while sparing a wake-up. One long pause (an update between rollouts)
         counts as :data:`MAX_THINK_S`, not as forever."""
-        if self.host is not None and self.settings.adaptive:
+        # (the pool gives a HostLoad only where spins adapt)
+        if self.host is not None:
             self.host.sample(now)
         if self._last_done is None:
             return None
@@ -284,10 +285,10 @@ class CallerWaits:
         Until a first worker is done every core is busy with one, so the wait blocks after
         a short spin; from then on a core is free and it spins for :meth:`tail_spin_s`.
         ``spun``: the caller has spun that long already (the compiled step)."""
-        tail = 0.0 if spun else self.tail_spin_s()
-        spin = tail if caller_steps_a_share and not spun else self.parent_spin_s
         if self.contended:
             return 0.0, 0.0
+        tail = 0.0 if spun else self.tail_spin_s()
+        spin = tail if caller_steps_a_share and not spun else self.parent_spin_s
         if self.settings.adaptive and not spun and self.mean < SHORT_WAIT_S:
             # Steps this short (CartPole-like envs) are over before a blocked caller could
             # be woken: spin (yielding the core) through them.
