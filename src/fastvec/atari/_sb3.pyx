@@ -227,9 +227,7 @@ cdef class SB3StackCore:
         Raises:
             AttributeError: the stack has no ``EpisodicLifeEnv``.
         """
-        if self._life is None:
-            raise AttributeError("an SB3 stack without EpisodicLifeEnv has no lives")
-        return self._lives
+        return self._of_life("lives", self._lives)
 
     @property
     def was_real_done(self):
@@ -238,9 +236,13 @@ cdef class SB3StackCore:
         Raises:
             AttributeError: the stack has no ``EpisodicLifeEnv``.
         """
+        return self._of_life("was_real_done", self._real_done)
+
+    cdef object _of_life(self, str name, object value):
+        """``value``, EpisodicLifeEnv's attribute ``name``; AttributeError without one."""
         if self._life is None:
-            raise AttributeError("an SB3 stack without EpisodicLifeEnv has no was_real_done")
-        return self._real_done
+            raise AttributeError(f"an SB3 stack without EpisodicLifeEnv has no {name}")
+        return value
 
     # -- RecordEpisodeStatistics over the base env -------------------------------------------
 
