@@ -3,7 +3,8 @@
 ``RealStep.time_step`` is the time of ``STEPS`` vector steps; compare it across
 ``backend`` for the same workload and ``num_envs``. ``RealLimit.track_sps`` is what
 N processes (N = the usable cores), one env each in a plain Python loop, step per
-second together. ``python -m fastvec.bench real`` prints the same cases as tables.
+second together; ``RealEmulator.track_sps`` the same for the bare emulator of each
+Atari game (the ceiling). ``python -m fastvec.bench real`` prints the same cases as tables.
 
 Skipped (NotImplementedError in setup) where the `real` extra (gymnasium[mujoco],
 ale-py, OpenCV) or a backend's package (stable-baselines3, envpool) is missing; the
@@ -62,7 +63,10 @@ class RealLimit:
 
     def setup(self, workload):
         self.limit = None
-        self.limit = real.CoreLimit(_workload(workload).make)
+        self.limit = real.CoreLimit(self._make(_workload(workload)))
+
+    def _make(self, workload):
+        return workload.make
 
     def teardown(self, workload):
         if self.limit is not None:
@@ -72,3 +76,15 @@ class RealLimit:
         return self.limit.rate(1.0)
 
     track_sps.unit = "steps/s"
+
+
+class RealEmulator(RealLimit):
+    """The Atari workloads' ceiling: N processes stepping the bare emulator (no screen,
+    no preprocessing), summed; ``RealStep``'s Atari rows are a share of it."""
+
+    params = ([w.label for w in real.WORKLOADS if w.emulator] if real is not None else WORKLOADS,)
+
+    def _make(self, workload):
+        if workload.emulator is None:
+            raise NotImplementedError("the emulator's ceiling is for Atari games only")
+        return workload.emulator

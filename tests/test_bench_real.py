@@ -38,6 +38,45 @@ def test_limit_returns_a_positive_rate(workload):
     assert all(rate > 0 for rate in rates)
 
 
+@pytest.mark.parametrize("workload", [w for w in real.WORKLOADS if w.ale_game], ids=lambda w: w.label.split("N")[0])
+def test_emulator_ceiling_steps_the_games_emulator(workload):
+    """The Atari ceiling drives the same game's emulator, 4 frames a step, with no screen."""
+    from fastvec._bench.envs import EmulatorOnly
+
+    env = workload.emulator()
+    python = workload.make()
+    try:
+        assert isinstance(env, EmulatorOnly) and env.frame_skip == 4 and env.noop_max == 30
+        assert env.action_space == python.action_space  # the game's minimal action set
+        env.reset(seed=0)
+        frames = env._ale.getEpisodeFrameNumber()
+        assert 1 <= frames <= 30  # the no-ops
+        obs, reward, terminated, truncated, info = env.step(env.action_space.n - 1)
+        assert obs is None and env._ale.getEpisodeFrameNumber() == frames + 4
+        assert isinstance(reward, float) and terminated is False and truncated is False
+    finally:
+        env.close()
+        python.close()
+    with real.CoreLimit(workload.emulator, processes=2, context="spawn") as ceiling:
+        assert ceiling.rate(0.05) > 0
+
+
+def test_emulator_ceiling_reaches_game_over():
+    from fastvec._bench.envs import EmulatorOnly
+
+    env = EmulatorOnly("Breakout", frame_skip=8)
+    env.reset(seed=0)
+    env.action_space.seed(0)
+    for _ in range(20_000):
+        terminated = env.step(env.action_space.sample())[2]
+        if terminated:
+            break
+    assert terminated and env._ale.game_over()
+    env.reset()
+    assert not env._ale.game_over()
+    env.close()
+
+
 def test_table_has_every_row_and_column(capsys):
     real.run(quick=True, **TINY)
     out = capsys.readouterr().out
@@ -58,6 +97,13 @@ def test_table_has_every_row_and_column(capsys):
         # shares of the limit with one decimal (a rounded whole percent could cross a target)
         assert all(re.fullmatch(r"\d+\.\d %", row[k]) for k in shares), row
     assert "fastvec default: FastVectorEnv(env_fns), here num_workers=2" in out
+    # The Atari ceiling: a row for each Atari workload, every backend's share of it.
+    (title,) = [t for t in _tables(out) if t.startswith("Atari: the emulator's ceiling")]
+    header, *rows = _tables(out)[title]
+    assert header[:3] == ["env", "num_envs", "emulator only"] and "fastvec default" in header
+    assert [r[0] for r in rows] == [w.label for w in real.WORKLOADS if w.ale_game]
+    shares = [k for k, c in enumerate(header) if c == "% of emulator"]
+    assert shares and all(re.fullmatch(r"\d+\.\d %", row[k]) for row in rows for k in shares), rows
 
 
 def test_missing_columns_are_skipped_with_a_reason(capsys, monkeypatch):

@@ -78,6 +78,61 @@ def make_atari(game: str) -> gym.Env:
     return gym.wrappers.FrameStackObservation(env, 4)
 
 
+class EmulatorOnly(gym.Env):
+    """The emulator alone: the ceiling of :func:`make_atari`'s workload.
+
+    ``<game>NoFrameskip-v4``'s ALE, driven as ``AtariPreprocessing`` drives it (``act``
+    ``frame_skip`` times a step; on reset a game reset and 1-``noop_max`` no-ops from this
+    env's generator), with no screen read, no preprocessing and no observation: ``step``
+    and ``reset`` return None in its place. What is left between this and a preprocessed
+    step is what the preprocessing, the wrappers and the vector env cost.
+
+    Example:
+        >>> env = EmulatorOnly("Pong")
+        >>> _ = env.reset(seed=0)
+        >>> _, reward, terminated, truncated, _ = env.step(0)
+        >>> (reward, terminated, truncated)
+        (0.0, False, False)
+        >>> env.close()
+    """
+
+    observation_space = spaces.Box(0, 255, (0,), np.uint8)  # (no observation)
+
+    def __init__(self, game: str, frame_skip: int = 4, noop_max: int = 30):
+        import ale_py
+
+        gym.register_envs(ale_py)
+        self._env = gym.make(f"{game}NoFrameskip-v4")
+        atari = self._env.unwrapped
+        self._ale = atari.ale
+        self._actions = list(atari._action_set)
+        self.action_space = spaces.Discrete(len(self._actions))
+        self.frame_skip, self.noop_max = frame_skip, noop_max
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._env.reset(seed=seed)
+        noop = self._actions[0]
+        for _ in range(int(self.np_random.integers(1, self.noop_max + 1))):
+            self._ale.act(noop)
+        return None, {}
+
+    def step(self, action):
+        act, a = self._ale.act, self._actions[int(action)]
+        reward = 0.0
+        for _ in range(self.frame_skip):
+            reward += act(a)
+        return None, reward, self._ale.game_over(), False, {}
+
+    def close(self):
+        self._env.close()
+
+
+def make_emulator(game: str) -> gym.Env:
+    """:class:`EmulatorOnly` for ``game``, as :func:`make_atari` configures the emulator."""
+    return EmulatorOnly(game)
+
+
 def make_pong() -> gym.Env:
     """Pong as :func:`make_atari` builds it: 6 actions."""
     return make_atari("Pong")

@@ -11,7 +11,11 @@ them, measured in the same rounds:
   how much of the machine it delivers;
 - **references**, not like-for-like peers: ale-py's ``AtariVectorEnv`` (Pong,
   preprocessing in C++ threads) and EnvPool (its own C++ envs and bindings), each
-  configured to match the workload and fed actions in its own dtypes.
+  configured to match the workload and fed actions in its own dtypes;
+- **the emulator only** (Atari): the limit's processes stepping the bare emulator
+  (:class:`~fastvec._bench.envs.EmulatorOnly`: ``ale.act`` 4 times a step, no screen,
+  no preprocessing): the ceiling of any Atari backend on these cores, preprocessing in
+  C++ or not.
 
 SPS = env transitions per second; actions are drawn from the action space with
 seed 0 before timing; every backend and the limit take turns round by round
@@ -42,7 +46,7 @@ except ModuleNotFoundError as exc:
 import gymnasium as gym
 import numpy as np
 
-from fastvec._bench.envs import BusyEnv, make_atari, make_mujoco
+from fastvec._bench.envs import BusyEnv, make_atari, make_emulator, make_mujoco
 from fastvec._bench.vector import step_rate
 from fastvec.bench import fmt_rate, interleaved_rates, print_table
 from fastvec.host import usable_cpus
@@ -59,6 +63,7 @@ class Workload:
     envpool_id: str
     envpool_kwargs: dict = field(default_factory=dict)
     ale_game: str | None = None  # ale-py's AtariVectorEnv reference, configured like make_atari
+    emulator: Callable[[], gym.Env] | None = None  # the bare emulator of an Atari workload (the ceiling)
 
 
 # make_atari's settings in EnvPool's names (its defaults differ in use_fire_reset).
@@ -72,7 +77,7 @@ WORKLOADS = (
     Workload("Hopper-v5", functools.partial(make_mujoco, "Hopper-v5"), 2000, "Hopper-v5"),
     # (the game's name in Gymnasium and EnvPool, and its ROM's in ale-py's AtariVectorEnv)
     *(Workload(f"{game}NoFrameskip-v4, preprocessed", functools.partial(make_atari, game), 400, f"{game}-v5",
-               _ATARI_ENVPOOL, ale_game=rom)
+               _ATARI_ENVPOOL, ale_game=rom, emulator=functools.partial(make_emulator, game))
       for game, rom in (("Pong", "pong"), ("Breakout", "breakout"), ("MsPacman", "ms_pacman"),
                         ("SpaceInvaders", "space_invaders"))),
 )
@@ -181,7 +186,8 @@ class CoreLimit:
 PEERS = ("SyncVectorEnv", "AsyncVectorEnv", "SB3 SubprocVecEnv", "fastvec default",
          "fastvec step_in_caller=True", "fastvec step_in_caller=False")
 REFERENCES = ("ale-py AtariVectorEnv", "EnvPool")
-SLOW = ("AsyncVectorEnv", "SB3 SubprocVecEnv")  # one process per env: 1/4 of the steps per round
+SLOW = ("AsyncVectorEnv", "SB3 SubprocVecEnv")
+EMULATOR = "emulator only"  # the Atari ceiling's column  # one process per env: 1/4 of the steps per round
 
 
 def _installed(module: str) -> bool:
@@ -279,7 +285,7 @@ def measure(workload: Workload, num_envs: int, names: Sequence[str], *, transiti
     steps = max(transitions // num_envs, 12)
     actions = workload_actions(workload, num_envs, steps)
     envs: dict = {}
-    limit = None
+    limit = ceiling = None
     runners = {}
     try:
         for name in names:
@@ -296,19 +302,24 @@ def measure(workload: Workload, num_envs: int, names: Sequence[str], *, transiti
         limit = CoreLimit(workload.make)
         notes["limit"] = f"{limit.processes} processes"
         runners["limit"] = functools.partial(limit.rate, limit_s)
-        # The limit runs between the peers and the references, in every round.
-        order = [n for n in runners if n in PEERS] + ["limit"] + [n for n in runners if n in REFERENCES]
+        if workload.emulator is not None:
+            ceiling = CoreLimit(workload.emulator)
+            runners[EMULATOR] = functools.partial(ceiling.rate, limit_s)
+        # The limit (and the emulator's) run between the peers and the references, in every round.
+        order = [n for n in runners if n in PEERS] + [n for n in ("limit", EMULATOR) if n in runners] + \
+            [n for n in runners if n in REFERENCES]
         rates = interleaved_rates({n: runners[n] for n in order}, rounds)
     except BaseException:
         # Ctrl-C reaches the one-process-per-env backends' children too, and their close()
         # then fails on a broken pipe: close what can be closed, and raise what stopped us.
-        for closeable in (limit, *envs.values()):
+        for closeable in (limit, ceiling, *envs.values()):
             if closeable is not None:
                 with contextlib.suppress(Exception):
                     closeable.close()
         raise
-    for closeable in (limit, *envs.values()):
-        closeable.close()
+    for closeable in (limit, ceiling, *envs.values()):
+        if closeable is not None:
+            closeable.close()
     return rates
 
 
@@ -374,6 +385,21 @@ def run(quick: bool = False, *, sizes: Sequence[int] = SIZES, workloads: Sequenc
               "84x84 grayscale, stack 4, noop_max 30, no reward clipping, no fire reset), one C++ thread per "
               "usable core. EnvPool: the same settings for Pong, its own ports of the MuJoCo v5 envs, int32 / "
               "float64 actions, one C++ thread per usable core.")
+    atari = [(w, n, r) for w, n, r in results if EMULATOR in r]
+    if atari:
+        shown = ["fastvec default", *measured]
+        rows = [[w.label, n, fmt_rate(r[EMULATOR]),
+                 *(c for name in shown for c in (fmt_rate(r[name]) if name in r else "–",
+                                                 _pct(r.get(name), r[EMULATOR])))]
+                for w, n, r in atari]
+        print_table(
+            f"Atari: the emulator's ceiling ({cores} processes stepping the bare emulator), same rounds, SPS",
+            ["env", "num_envs", EMULATOR, *(h for name in shown for h in (name, "% of emulator"))],
+            rows,
+        )
+        print(f"\n{EMULATOR}: {cores} processes, each driving one game's emulator as the preprocessing does "
+              "(ale.act 4 times a step, 1-30 no-ops on reset) with no screen read, no preprocessing and no "
+              "vector env, their SPS summed: what no Atari backend can pass on these cores.")
     for name in REFERENCES:
         if name in missing:
             print(f"{name}: skipped, {missing[name]}.")
