@@ -24,6 +24,7 @@ atari_wrappers = pytest.importorskip("stable_baselines3.common.atari_wrappers")
 from gymnasium.wrappers import (  # noqa: E402
     FrameStackObservation,
     GrayscaleObservation,
+    MaxAndSkipObservation,
     RecordEpisodeStatistics,
     ResizeObservation,
 )
@@ -58,11 +59,13 @@ class _Tag(gym.Wrapper):
 
 
 def cleanrl(game="Breakout", env_id=None, base=None, record=True, noop=30, skip=4, life=True, fire=True,
-            clip=True, resize=(84, 84), gray=True, keep_dim=False, stack=4, padding="reset", tag_over=None):
+            clip=True, resize=(84, 84), gray=True, keep_dim=False, stack=4, padding="reset", tag_over=None,
+            skip_with=None):
     """The user's lambda: CleanRL's ppo_atari.py stack, each part switchable.
 
     ``fire=True`` adds FireResetEnv where the game has FIRE (as CleanRL does); ``tag_over``
-    names the wrapper an unknown wrapper goes on.
+    names the wrapper an unknown wrapper goes on; ``skip_with``: the frame-skip wrapper
+    (SB3's MaxAndSkipEnv by default).
     """
     def make():
         env = gym.make(env_id or f"{game}NoFrameskip-v4", **(base or {}))
@@ -73,7 +76,7 @@ def cleanrl(game="Breakout", env_id=None, base=None, record=True, noop=30, skip=
         if tag_over == "noop":
             env = _Tag(env)
         if skip:
-            env = MaxAndSkipEnv(env, skip=skip)
+            env = (skip_with or MaxAndSkipEnv)(env, skip=skip)
         if tag_over == "skip":
             env = _Tag(env)
         if life:
@@ -193,6 +196,20 @@ PARITY = {
     "breakout-timelimit": (cleanrl("Breakout", base={"max_episode_steps": 120}), 1500, 25, 10, None),
     "pong-truncated-in-the-noops": (cleanrl("Pong", base={"max_num_frames_per_episode": 20}), 300, 50, 50, None),
     "breakout-timelimit-in-the-fire": (cleanrl("Breakout", base={"max_episode_steps": 31}, noop=30), 300, 50, 0, None),
+    # Gymnasium's MaxAndSkipObservation in MaxAndSkipEnv's place: in CleanRL's stack, and in a
+    # stack of Gymnasium's wrappers only (over a v5 game: sticky actions)
+    "breakout-cleanrl-gymnasium-skip": (cleanrl("Breakout", skip_with=MaxAndSkipObservation), 2000, 25, 3,
+                                        "RecordEpisodeStatistics + NoopResetEnv(noop_max=30) + "
+                                        "MaxAndSkipObservation(skip=4) + EpisodicLifeEnv + FireResetEnv"),
+    "breakout-v5-gymnasium-only": (cleanrl(env_id="ALE/Breakout-v5", base={"frameskip": 1}, noop=0, life=False,
+                                           fire=False, clip=False, skip_with=MaxAndSkipObservation), 2500, 3, 3,
+                                   "RecordEpisodeStatistics + MaxAndSkipObservation(skip=4) + ResizeObservation("
+                                   "shape=(84, 84)) + GrayscaleObservation(keep_dim=False) + FrameStackObservation("
+                                   "stack_size=4, padding_type='reset') over ALE/Breakout-v5"),
+    "pong-gymnasium-skip-no-record": (cleanrl("Pong", base={"max_num_frames_per_episode": 1200}, record=False,
+                                              noop=0, life=False, fire=False, clip=False,
+                                              skip_with=MaxAndSkipObservation, skip=3), 1500, 2, 0,
+                                      "MaxAndSkipObservation(skip=3) + ResizeObservation"),
 }
 
 
@@ -379,6 +396,17 @@ UNSUPPORTED = [
     (lambda: MaxAndSkipEnv(gym.make("ALE/Breakout-v5", continuous=True)),
      "an AtariEnv with continuous=True is not compiled"),
 ]
+
+
+def test_gymnasium_skip_alone_is_compiled_and_a_numpy_skip_falls_back():
+    env, reason = compile_stack(MaxAndSkipObservation(gym.make("PongNoFrameskip-v4"), skip=2))
+    assert reason is None and type(env) is CompiledAtariEnv
+    assert env.compiled_atari.startswith("MaxAndSkipObservation(skip=2) over PongNoFrameskip-v4")
+    assert str(env) == "<CompiledAtariEnv<MaxAndSkipObservation over PongNoFrameskip-v4>>"
+    env = MaxAndSkipObservation(gym.make("PongNoFrameskip-v4"), skip=np.int64(4))
+    got, why = compile_stack(env)
+    assert got is env
+    assert why == "nothing compiled: MaxAndSkipObservation(skip=np.int64(4)) is not compiled (an int > 0 expected)", why
 
 
 @pytest.mark.parametrize("make, reason", UNSUPPORTED)

@@ -133,18 +133,33 @@ def make_cleanrl(game: str = "Breakout", noop_max: int = 30, stack: int = 4) -> 
     return gym.wrappers.FrameStackObservation(env, stack)
 
 
+def make_gymnasium_only(game: str = "Breakout") -> gym.Env:
+    """A stack of Gymnasium's wrappers only (no SB3): MaxAndSkipObservation and the observation
+    wrappers over a v5 game (sticky actions), a reward sign on top (stays Python)."""
+    env = gym.make(f"ALE/{game}-v5", frameskip=1)
+    env = RecordEpisodeStatistics(env)
+    env = gym.wrappers.MaxAndSkipObservation(env, skip=4)
+    env = gym.wrappers.ResizeObservation(env, (84, 84))
+    env = gym.wrappers.GrayscaleObservation(env)
+    env = gym.wrappers.FrameStackObservation(env, 4)
+    return gym.wrappers.TransformReward(env, np.sign)
+
+
 @pytest.mark.parametrize("mode", list(AutoresetMode))
-@pytest.mark.parametrize("game, kwargs", [
-    ("Breakout", {}),  # FIRE, lives: episodes end at each life lost, games at the last
-    ("MsPacman", {"noop_max": 5, "stack": 2}),  # no FIRE
-])
-def test_compiled_cleanrl_stacks_step_as_sync_vector_env(mode, game, kwargs):
-    pytest.importorskip("stable_baselines3")
-    fns = [functools.partial(make_cleanrl, game, **kwargs)] * 4
+@pytest.mark.parametrize("make, compiled", [
+    # FIRE, lives: episodes end at each life lost, games at the last
+    (functools.partial(make_cleanrl, "Breakout"), "RecordEpisodeStatistics + NoopResetEnv(noop_max=30) + "),
+    # no FIRE
+    (functools.partial(make_cleanrl, "MsPacman", noop_max=5, stack=2), "RecordEpisodeStatistics + NoopResetEnv("),
+    (make_gymnasium_only, "RecordEpisodeStatistics + MaxAndSkipObservation(skip=4) + ResizeObservation"),
+], ids=["breakout-cleanrl", "mspacman-cleanrl", "breakout-gymnasium-only"])
+def test_compiled_sb3_style_stacks_step_as_sync_vector_env(mode, make, compiled):
+    if make is not make_gymnasium_only:
+        pytest.importorskip("stable_baselines3")
+    fns = [make] * 4
     ref = SyncVectorEnv(fns, autoreset_mode=mode)
     with FastVectorEnv(fns, num_workers=2, autoreset_mode=mode) as envs:
-        assert all(note.startswith("compiled: RecordEpisodeStatistics + NoopResetEnv(noop_max=")
-                   for note in envs.compiled_wrappers), envs.compiled_wrappers
+        assert all(note.startswith("compiled: " + compiled) for note in envs.compiled_wrappers), envs.compiled_wrappers
         if mode is AutoresetMode.DISABLED:
             _run_disabled(envs, ref, 500, 2)
         else:

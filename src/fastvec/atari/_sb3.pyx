@@ -80,7 +80,7 @@ cdef class SB3StackCore:
         has_reset: whether a step may come before the next reset (False: ``ResetNeeded``).
         record: the ``RecordEpisodeStatistics`` on ``inner``, or None.
         noop: the ``NoopResetEnv``, or None.
-        skip: the ``MaxAndSkipEnv``, or None.
+        skip: the ``MaxAndSkipEnv`` (or Gymnasium's ``MaxAndSkipObservation``), or None.
         life: the ``EpisodicLifeEnv``, or None.
         fire: whether a ``FireResetEnv`` is there.
         clip: whether a ``ClipRewardEnv`` is there.

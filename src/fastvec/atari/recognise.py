@@ -10,6 +10,7 @@ from gymnasium.wrappers import (
     AtariPreprocessing,
     FrameStackObservation,
     GrayscaleObservation,
+    MaxAndSkipObservation,
     OrderEnforcing,
     PassiveEnvChecker,
     RecordEpisodeStatistics,
@@ -110,8 +111,9 @@ def compile_stack(env: gym.Env) -> tuple[gym.Env, str | None]:
       ``FrameStackObservation`` directly on it (any ``stack_size`` and ``padding_type``).
     * SB3's / CleanRL's (``obs_type="rgb"``): Gymnasium's ``RecordEpisodeStatistics``, SB3's
       ``NoopResetEnv`` (``noop_max > 0`` or ``override_num_noops``), ``MaxAndSkipEnv`` (any
-      ``skip``), ``EpisodicLifeEnv``, ``FireResetEnv``, each optional but in this order (at
-      least one of the four SB3 ones), then one SB3 ``ClipRewardEnv`` anywhere above those,
+      ``skip``; or Gymnasium's ``MaxAndSkipObservation``, which does the same),
+      ``EpisodicLifeEnv``, ``FireResetEnv``, each optional but in this order (at least one of
+      the four), then one SB3 ``ClipRewardEnv`` anywhere above those,
       Gymnasium's ``ResizeObservation`` (a size the INTER_AREA kernel reproduces: 84x84,
       64x64, 84x64, ...) with a ``GrayscaleObservation`` (either ``keep_dim``) on it, or SB3's
       ``WarpFrame`` (such a size; SB3's ``AtariWrapper`` is these SB3 wrappers), and a
@@ -200,7 +202,7 @@ def compile_stack(env: gym.Env) -> tuple[gym.Env, str | None]:
     if i < 0:
         return env, "no AtariPreprocessing over the AtariEnv: nothing compiled"
     lowest = chain[i]
-    if _sb3_kind(lowest) is not None or type(lowest) is RecordEpisodeStatistics:
+    if _sb3_kind(lowest) is not None or _kind(lowest) in _LOGIC:
         return _compile_sb3(env, chain, i, base)
     if type(lowest) is not AtariPreprocessing:
         what = ("a subclass of AtariPreprocessing" if isinstance(lowest, AtariPreprocessing)
@@ -317,8 +319,14 @@ def _sb3_kind(wrapper: gym.Env) -> str | None:
 
 
 def _kind(wrapper: gym.Env) -> str:
+    """The part of the SB3 stack ``wrapper`` is (its class's name), or ""."""
     if type(wrapper) in (RecordEpisodeStatistics, ResizeObservation, GrayscaleObservation, FrameStackObservation):
         return type(wrapper).__name__
+    if type(wrapper) is MaxAndSkipObservation:
+        # Gymnasium's port of SB3's MaxAndSkipEnv does the same, step for step: `skip` base
+        # steps (stopping at an episode's end), the float sum of their rewards, the last two
+        # observations kept in `_obs_buffer` and their maximum returned; no reset of its own.
+        return "MaxAndSkipEnv"
     return _sb3_kind(wrapper) or ""
 
 
@@ -327,7 +335,7 @@ def _sb3_arguments(kind: str, wrapper: gym.Wrapper) -> str:
         override = "" if wrapper.override_num_noops is None else f", override_num_noops={wrapper.override_num_noops}"
         return f"NoopResetEnv(noop_max={wrapper.noop_max}{override})"
     if kind == "MaxAndSkipEnv":
-        return f"MaxAndSkipEnv(skip={wrapper._skip})"
+        return f"{type(wrapper).__name__}(skip={wrapper._skip})"
     if kind == "ResizeObservation":
         return f"ResizeObservation(shape={wrapper.shape})"
     if kind == "GrayscaleObservation":
@@ -368,8 +376,8 @@ def _sb3_unsupported(kind: str, wrapper: gym.Wrapper, screen: tuple[int, int]) -
     """Why this wrapper of the SB3 stack is not compiled, or None."""
     missing = [name for name in _SB3_STATE.get(kind, _STATE.get(type(wrapper), ())) if not hasattr(wrapper, name)]
     if missing:
-        return (f"this {_library(wrapper)}'s {kind} has no {missing[0]!r} (a {_library(wrapper)} this version "
-                "of fastvec does not know)")
+        return (f"this {_library(wrapper)}'s {type(wrapper).__name__} has no {missing[0]!r} (a {_library(wrapper)} "
+                "this version of fastvec does not know)")
     if kind == "NoopResetEnv":
         if wrapper.noop_action != 0:
             return f"NoopResetEnv with noop_action={wrapper.noop_action!r} is not compiled (0 expected)"
@@ -380,7 +388,7 @@ def _sb3_unsupported(kind: str, wrapper: gym.Wrapper, screen: tuple[int, int]) -
             return f"NoopResetEnv(noop_max={wrapper.noop_max!r}) is not compiled (an int > 0 expected)"
     elif kind == "MaxAndSkipEnv":
         if not (type(wrapper._skip) is int and wrapper._skip > 0):
-            return f"MaxAndSkipEnv(skip={wrapper._skip!r}) is not compiled (an int > 0 expected)"
+            return f"{type(wrapper).__name__}(skip={wrapper._skip!r}) is not compiled (an int > 0 expected)"
     elif kind == "ResizeObservation":
         shape = tuple(wrapper.shape)
         why = _area_unsupported(screen, shape)
@@ -465,7 +473,7 @@ def _compile_sb3(env: gym.Env, chain: list[gym.Wrapper], i: int, base: gym.Env) 
     warp = parts.get("WarpFrame")
     order = [kind for kind in (*_LOGIC, "ClipRewardEnv", "ResizeObservation", "GrayscaleObservation",
                                "WarpFrame", "FrameStackObservation") if kind in parts]
-    names = "+".join(order)
+    names = "+".join(type(parts[kind]).__name__ for kind in order)
     description = " + ".join(stacked if kind == "FrameStackObservation" else _sb3_arguments(kind, parts[kind])
                              for kind in order)
     try:

@@ -184,7 +184,8 @@ class FastVectorEnv(WorkerVectorEnv):
             with outputs identical to the Python wrappers' (default True): today, over ale-py's
             ``AtariEnv``, Gymnasium's ``AtariPreprocessing`` (and a ``FrameStackObservation``
             directly on it), or SB3's / CleanRL's Atari wrappers (``NoopResetEnv``,
-            ``MaxAndSkipEnv``, ``EpisodicLifeEnv``, ...); wrappers above them stay Python. :attr:`compiled_wrappers`
+            ``MaxAndSkipEnv`` or Gymnasium's ``MaxAndSkipObservation``, ``EpisodicLifeEnv``, ...);
+            wrappers above them stay Python. :attr:`compiled_wrappers`
             says, per env, what was compiled or why not. ``False``: every env runs as its
             ``env_fn`` built it. See ``docs/atari.md``.
 

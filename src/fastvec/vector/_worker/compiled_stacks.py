@@ -3,7 +3,8 @@ compile_wrappers=True)``, the default), applied to each env as its worker builds
 
 Today the Atari stacks are recognised, over ale-py's ``AtariEnv``: Gymnasium's
 (``AtariPreprocessing``, and a ``FrameStackObservation`` directly on it) and SB3's / CleanRL's
-(``RecordEpisodeStatistics``, ``NoopResetEnv``, ``MaxAndSkipEnv``, ``EpisodicLifeEnv``,
+(``RecordEpisodeStatistics``, ``NoopResetEnv``, ``MaxAndSkipEnv`` or Gymnasium's
+``MaxAndSkipObservation``, ``EpisodicLifeEnv``,
 ``FireResetEnv``, ``ClipRewardEnv``, ``ResizeObservation`` + ``GrayscaleObservation``,
 ``FrameStackObservation``, or a run of them from the bottom), compiled by
 :func:`fastvec.atari.compile_stack` with outputs identical to the Python wrappers'. An env of
