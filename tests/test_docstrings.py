@@ -7,6 +7,7 @@ import importlib
 import pytest
 
 MODULES = [
+    "fastvec._bench.envs",
     "fastvec.advantages",
     "fastvec.autotune",
     "fastvec.bench",
@@ -53,7 +54,7 @@ RUN_ELSEWHERE = {"fastvec.ray", "fastvec.ray.vector_env",  # tests/test_ray.py, 
                  # tests/test_atari_stack.py, where ale-py and OpenCV are
                  "fastvec.atari", "fastvec.atari.env", "fastvec.atari.recognise"}
 # The optional extras a module's examples need.
-NEEDS = {"fastvec.integrations": "stable_baselines3", "fastvec.integrations.sb3": "stable_baselines3",
+NEEDS = {"fastvec._bench.envs": "ale_py", "fastvec.integrations": "stable_baselines3", "fastvec.integrations.sb3": "stable_baselines3",
          "fastvec.torch.cartpole": "torch", "fastvec.vector._worker.compiled_stacks": "ale_py"}
 
 
@@ -64,6 +65,10 @@ def registries():
 
     from fastvec.native.registry import NATIVE_SPECS
 
+    try:  # (ale-py registers its envs when first imported: before the snapshot, not forgotten)
+        import ale_py  # noqa: F401
+    except ImportError:
+        pass
     native, gymnasium_ids = dict(NATIVE_SPECS), dict(gym.registry)
     yield
     NATIVE_SPECS.clear()
