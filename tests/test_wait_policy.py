@@ -45,6 +45,15 @@ def quiet_host(monkeypatch):
 
     monkeypatch.setattr(pool, "HostLoad", _QuietHost)
 
+
+@pytest.fixture(autouse=True)
+def cheap_wake_ups(monkeypatch):
+    """These tests are of the spins' constants: on a host where a wake-up costs less than the
+    shortest of them (tests/test_wake_probe.py tests the floors a slower one sets)."""
+    from fastvec.vector import fast_vector_env
+
+    monkeypatch.setattr(fast_vector_env, "wake_latency_s", lambda: 10e-6)
+
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads CPU times from /proc")
 
 

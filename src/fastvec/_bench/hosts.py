@@ -62,6 +62,7 @@ import gymnasium as gym
 import numpy as np
 
 from fastvec.bench import fmt_rate, paired_ratio, print_table
+from fastvec.vector._wait.policy import wake_latency_s
 
 NUM_ENVS = 8
 #: vector steps between two updates of the trainer
@@ -671,6 +672,9 @@ def run(quick: bool = False, *, conditions: Sequence[Condition] = CONDITIONS,
           "(all its threads, not its workers) while it waited in step. Hog: one unpinned busy-looping "
           f"process. Stall: env 0 of {NUM_ENVS} sleeps {STALL_S:g} s in one step; its last column is the "
           "trainer's CPU seconds during that step.")
+    wake = wake_latency_s()
+    print("A wake-up from a blocked wait on this host (measured; a waiting worker spins at least this long): "
+          + ("not measured here." if wake is None else f"{wake * 1e6:.0f} µs."))
     if quota is not None:
         print(f"Quota: {quota.method}" + (f" (no cgroup: {quota.why_not_cgroup})" if quota.why_not_cgroup else "")
               + f"; torch's default threads under it: {'/'.join(map(str, sorted(quota_threads)))}.")

@@ -31,7 +31,7 @@ from fastvec.vector._worker.compiled_stacks import StackCompiler
 from fastvec.vector._caller.step_io import Staging, layouts
 from fastvec.vector._block.stats import summarize
 from fastvec.vector._caller.compiled_step import StepDriver
-from fastvec.vector._wait.policy import WaitSettings
+from fastvec.vector._wait.policy import WaitSettings, wake_latency_s
 from fastvec.vector._caller.worker_vector_env import CallState, WorkerVectorEnv
 
 __all__ = ["FastVectorEnv"]
@@ -273,7 +273,8 @@ class FastVectorEnv(WorkerVectorEnv):
         #: the wait policy in force (``wait`` and the tuning keywords, resolved)
         self.wait_settings = WaitSettings.resolve(wait, worker_spin_us=worker_spin_us, parent_spin_us=parent_spin_us,
                                                   release_openmp_threads=bool(release_openmp_threads),
-                                                  step_in_caller=self.step_in_caller)
+                                                  step_in_caller=self.step_in_caller,
+                                                  wake_s=wake_latency_s() if wait in ("auto", "release") else None)
         self.wait = wait
 
         self._start(env_fns, context=context, daemon=daemon, pin_workers=pin_workers,
@@ -505,7 +506,9 @@ class FastVectorEnv(WorkerVectorEnv):
             ``host`` (``contended``: whether other work on this host wants the vector env's
             CPUs, so that its waits block and its workers move freely; ``other_cores``: how
             much of them it takes, cores; None where not measured: ``wait="block"``, or no
-            ``/proc``), and ``advice`` (sentences naming a slow worker, a trainer that holds
+            ``/proc``), ``wake_us`` (what a wake-up from a blocked wait costs on this host,
+            measured once per process, microseconds; the spins are at least that long; None
+            where not measured: ``wait="block"``, one usable CPU, no futex), and ``advice`` (sentences naming a slow worker, a trainer that holds
             most of the time, steps that go through the pipes, restarts, a contended host).
 
         Raises:
@@ -535,6 +538,8 @@ class FastVectorEnv(WorkerVectorEnv):
         self._stats_before = (now, snapshot)
         report = summarize(snapshot, before, now - when)
         report["host"] = host = self._pool.waits.host_report()
+        wake_s = self.wait_settings.wake_s
+        report["wake_us"] = None if wake_s is None else round(wake_s * 1e6, 1)
         if host is not None and host["contended"]:
             report["advice"].append(
                 f"other work takes {host['other_cores']:.1f} cores' worth of the CPUs this vector env runs on: "

@@ -27,13 +27,32 @@ Users choose among three policies with ``FastVectorEnv(wait=...)``:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
+import statistics
 import time
 
-__all__ = ["WAIT_POLICIES", "WaitSettings", "WorkerWaits", "CallerWaits", "idle_openmp_threads_spin"]
+__all__ = ["WAIT_POLICIES", "WaitSettings", "WorkerWaits", "CallerWaits", "idle_openmp_threads_spin",
+           "wake_latency_s"]
 
 #: the values ``FastVectorEnv(wait=...)`` takes
 WAIT_POLICIES = ("auto", "release", "block")
+
+# --- what a wake-up costs on this host (wake_probe.pyx, fv_wake_probe.h) ----------------------
+# Measured once per process: the median of this many wake-ups of a thread blocked on a futex,
+# each after its CPU was idle for this long (long enough for a virtual CPU to be handed back to
+# the hypervisor, as a worker's is between steps). About 15 ms in all.
+WAKE_PROBE_ROUNDS = 12
+WAKE_PROBE_IDLE_S = 1e-3
+# Waits shorter than this many wake-ups are spun through, not blocked in: a blocked caller
+# would add a wake-up to a wait about as long. And a waiting worker spins at least one
+# wake-up's time before it blocks: spinning that long at most doubles what blocking at once
+# would have cost (the answer comes just after), and spares the wake-up whenever the answer
+# comes sooner. Both are floors: the constants below hold where wake-ups are cheaper.
+SHORT_WAIT_WAKES = 2.0
+# A wake-up measured longer than this was queued behind other work (a busy host at the moment
+# of the probe), not what waking costs: the floors stop here.
+MAX_WAKE_S = 500e-6
 
 # --- the worker's wait for its next command (StepServer.serve, _worker_spin.pxd) ------------
 # The longest a waiting worker spins before it blocks: about what a small policy's forward
@@ -55,7 +74,7 @@ THINK_WINDOW_S = 100e-6
 # The longest the caller spins (yielding) for the last worker before it blocks.
 MAX_TAIL_SPIN_S = 1e-3
 # Commands shorter than this on average are waited for by spinning (yielding) from the start:
-# they are over before a blocked caller could be woken.
+# they are over before a blocked caller could be woken (at least SHORT_WAIT_WAKES wake-ups).
 SHORT_WAIT_S = 200e-6
 # A caller back within this time of a step's results ran no OpenMP parallel region since the
 # last release worth a C call per step (a tight stepping loop): no release then.
@@ -116,6 +135,29 @@ def idle_openmp_threads_spin(environ=os.environ) -> bool:
     return environ.get("GOMP_SPINCOUNT", "").strip() not in ("0", "0.0")
 
 
+@functools.cache
+def wake_latency_s() -> float | None:
+    """What a wake-up costs on this host (seconds): the median of :data:`WAKE_PROBE_ROUNDS`
+    wake-ups of a thread blocked on a futex on one usable CPU, idle for
+    :data:`WAKE_PROBE_IDLE_S` before each, by a thread on another. Measured once per process
+    (about 15 ms), at most :data:`MAX_WAKE_S`; None with fewer than two usable CPUs or where it
+    cannot be measured (no futex or CPU affinity: the spins' constants then hold as they are).
+
+    Example:
+        >>> w = wake_latency_s()
+        >>> w is None or 0 < w < 0.1
+        True
+    """
+    from fastvec.host import usable_cpus
+    from fastvec.vector._wait.wake_probe import wake_samples
+
+    cpus = sorted(usable_cpus())
+    if len(cpus) < 2:
+        return None
+    samples = wake_samples(cpus[0], cpus[1], WAKE_PROBE_ROUNDS, WAKE_PROBE_IDLE_S)
+    return None if samples is None else min(statistics.median(samples), MAX_WAKE_S)
+
+
 @dataclasses.dataclass(frozen=True)
 class WorkerWaits:
     """What a worker's wait for its next command may spin (seconds): at least ``spin_s``, at
@@ -139,6 +181,8 @@ class WaitSettings:
             blocks after ``parent_spin_s``, for ``wait="block"``).
         openmp: whether the caller keeps its idle OpenMP threads off the workers' cores.
         park: whether steps may be parked in the OpenMP runtimes (else only released).
+        wake_s: what a wake-up costs on this host (:func:`wake_latency_s`), or None.
+        short_wait_s: commands shorter than this on average are spun through by the caller.
     """
 
     worker: WorkerWaits
@@ -146,12 +190,16 @@ class WaitSettings:
     adaptive: bool
     openmp: bool
     park: bool
+    wake_s: float | None = None
+    short_wait_s: float = SHORT_WAIT_S
 
     @classmethod
     def resolve(cls, wait: str, *, worker_spin_us: float, parent_spin_us: float, release_openmp_threads: bool,
-                step_in_caller: bool, environ=os.environ) -> "WaitSettings":
+                step_in_caller: bool, wake_s: float | None = None, environ=os.environ) -> "WaitSettings":
         """The settings for ``FastVectorEnv(wait=..., worker_spin_us=..., parent_spin_us=...,
-        release_openmp_threads=..., step_in_caller=...)``.
+        release_openmp_threads=..., step_in_caller=...)`` on a host where a wake-up costs
+        ``wake_s`` seconds (None: not measured): a waiting worker spins at least that long, and
+        the caller spins through commands shorter than :data:`SHORT_WAIT_WAKES` of them.
 
         Raises:
             ValueError: ``wait`` is not one of :data:`WAIT_POLICIES`, or a spin is negative.
@@ -160,24 +208,35 @@ class WaitSettings:
             >>> WaitSettings.resolve("block", worker_spin_us=50, parent_spin_us=20,
             ...                      release_openmp_threads=True, step_in_caller=False).park
             False
+            >>> slow = WaitSettings.resolve("auto", worker_spin_us=50, parent_spin_us=20, release_openmp_threads=True,
+            ...                             step_in_caller=False, wake_s=300e-6)  # (a host slow to wake)
+            >>> round(slow.worker.spin_s * 1e6), round(slow.short_wait_s * 1e6)
+            (300, 600)
         """
         if wait not in WAIT_POLICIES:
             raise ValueError(f"wait must be one of {', '.join(map(repr, WAIT_POLICIES))}, got {wait!r}")
         for name, value in (("worker_spin_us", worker_spin_us), ("parent_spin_us", parent_spin_us)):
             if not value >= 0:
                 raise ValueError(f"{name} must be >= 0, got {value!r}")
+        if wake_s is not None and not 0 <= wake_s < 1:
+            raise ValueError(f"wake_s must be in [0, 1) seconds or None, got {wake_s!r}")
         spin_s, parent_s = float(worker_spin_us) * 1e-6, float(parent_spin_us) * 1e-6
+        short_wait_s = SHORT_WAIT_S
         if wait == "block":
             worker = WorkerWaits(spin_s=0.0, max_spin_s=0.0, other_cpu_spin_s=0.0, think_window_s=0.0)
             parent_s = 0.0
         else:
-            worker = WorkerWaits(spin_s=spin_s, max_spin_s=MAX_SPIN_S, other_cpu_spin_s=OTHER_CPU_SPIN_S,
-                                 think_window_s=THINK_WINDOW_S)
+            if wake_s is not None:
+                spin_s = max(spin_s, wake_s)
+                short_wait_s = max(short_wait_s, SHORT_WAIT_WAKES * wake_s)
+            worker = WorkerWaits(spin_s=spin_s, max_spin_s=max(MAX_SPIN_S, spin_s),
+                                 other_cpu_spin_s=max(OTHER_CPU_SPIN_S, spin_s), think_window_s=THINK_WINDOW_S)
         openmp = bool(release_openmp_threads) and idle_openmp_threads_spin(environ)
         # (a caller that steps a share itself runs its envs right before the wait, where their
         # own parallel regions would nest in the park's)
         park = openmp and wait == "auto" and not step_in_caller
-        return cls(worker=worker, parent_spin_s=parent_s, adaptive=wait != "block", openmp=openmp, park=park)
+        return cls(worker=worker, parent_spin_s=parent_s, adaptive=wait != "block", openmp=openmp, park=park,
+                   wake_s=wake_s, short_wait_s=short_wait_s)
 
 
 class CallerWaits:
@@ -289,10 +348,11 @@ class CallerWaits:
             return 0.0, 0.0
         tail = 0.0 if spun else self.tail_spin_s()
         spin = tail if caller_steps_a_share and not spun else self.parent_spin_s
-        if self.settings.adaptive and not spun and self.mean < SHORT_WAIT_S:
+        short = self.settings.short_wait_s
+        if self.settings.adaptive and not spun and self.mean < short:
             # Steps this short (CartPole-like envs) are over before a blocked caller could
             # be woken: spin (yielding the core) through them.
-            spin = max(spin, min(1.5 * self.mean, SHORT_WAIT_S))
+            spin = max(spin, min(1.5 * self.mean, short))
         return spin, tail
 
     def park_spin_s(self) -> float:
