@@ -530,16 +530,21 @@ cdef _check_image(str name, array, tuple shape):
                          f"got {array.dtype} {array.shape} (c_contiguous={array.flags.c_contiguous})")
 
 
+cdef _check_rgb_pair(a, b):
+    """``a``, and ``b`` when given, are C-contiguous uint8 (h, w, 3) images of one shape."""
+    _check_image("a", a, a.shape if isinstance(a, np.ndarray) and a.ndim == 3 and a.shape[2] == 3
+                 else (-1, -1, 3))
+    if b is not None:
+        _check_image("b", b, a.shape)
+
+
 def rgb_planes(a, b=None):
     """The three channel planes of RGB image ``a``, or of ``np.maximum(a, b)``: (3, h, w) uint8.
 
     Raises:
         TypeError, ValueError: ``a`` (or ``b``) is not a C-contiguous uint8 (h, w, 3) array.
     """
-    _check_image("a", a, a.shape if isinstance(a, np.ndarray) and a.ndim == 3 and a.shape[2] == 3
-                 else (-1, -1, 3))
-    if b is not None:
-        _check_image("b", b, a.shape)
+    _check_rgb_pair(a, b)
     out = np.empty((3,) + a.shape[:2], np.uint8)
     cdef const uint8_t[:, :, ::1] av = a
     cdef const uint8_t[:, :, ::1] bv = b if b is not None else a
@@ -556,10 +561,7 @@ def gray_cv(a, b=None):
     Raises:
         TypeError, ValueError: ``a`` (or ``b``) is not a C-contiguous uint8 (h, w, 3) array.
     """
-    _check_image("a", a, a.shape if isinstance(a, np.ndarray) and a.ndim == 3 and a.shape[2] == 3
-                 else (-1, -1, 3))
-    if b is not None:
-        _check_image("b", b, a.shape)
+    _check_rgb_pair(a, b)
     out = np.empty(a.shape[:2], np.uint8)
     cdef const uint8_t[:, :, ::1] av = a
     cdef const uint8_t[:, :, ::1] bv = b if b is not None else a
