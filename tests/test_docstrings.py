@@ -39,6 +39,7 @@ MODULES = [
     "fastvec.vector._caller.worker_faults",
     "fastvec.vector._caller.worker_vector_env",
     "fastvec.vector._wait._omp_park",
+    "fastvec.vector._wait._omp_throttle",
     "fastvec.vector._wait.wake_probe",
     "fastvec.vector._wait.host_load",
     "fastvec.vector._wait.openmp",

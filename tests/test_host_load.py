@@ -163,14 +163,17 @@ def test_beside_a_busy_process_the_workers_block_and_leave_their_cpus():
         try:
             contended = _steps_until(env, lambda: waits.contended, 10.0)
             think = handoff.read_caller_think(env._pool.ctrl) if contended else 0.0
+            throttled = env._pool.openmp.throttled
             report = env.stats()
             moved = _steps_until(env, lambda: all(os.sched_getaffinity(p.pid) == cpus for p in env.processes), 2.0)
         finally:
             hog.kill()
             hog.wait()
         uncontended = _steps_until(env, lambda: not waits.contended, 10.0)
+        unthrottled = not env._pool.openmp.throttled
     assert contended, f"not contended beside a busy process: {waits.host.other_cores:.2f} cores of other work"
     assert think >= THINK_WINDOW_S and moved
+    assert throttled and unthrottled  # (the OpenMP runtimes spin their short count while contended)
     assert report["host"]["contended"] and report["host"]["other_cores"] >= 0.3
     assert any("other work takes" in line for line in report["advice"])
     assert uncontended, f"contended after the busy process ended: {waits.host.other_cores:.2f} cores of other work"

@@ -356,10 +356,12 @@ class WorkerPool(PoolFaults):
             if self._settings is not None and self.waits.caller_computes():
                 warn_slow_settings_once(**self._settings)
                 self._settings = None
-        # On a contended host the runtimes are left alone: no step is parked (a parked thread
-        # queued behind other work holds the step up), and none released (the trainer's next
-        # region would start its threads again, each waiting for a core the other work holds:
-        # the forward passes between steps took several times as long).
+        # On a contended host the runtimes are throttled, neither parked (a parked thread
+        # queued behind other work holds the step up) nor released (the trainer's next region
+        # would start its threads again, each waiting for a core the other work holds: the
+        # forward passes between steps took several times as long).
+        if self.openmp is not None:
+            self.openmp.throttle(self.waits.contended)
         if self.openmp is not None and not self.waits.contended:
             if self.waits.release_before_step(wall):
                 self.openmp.release(lockstep)
@@ -547,6 +549,8 @@ class WorkerPool(PoolFaults):
     def shutdown(self, terminate: bool = False, timeout: float = 5.0) -> None:
         """End the workers (asked to close, then by force after ``timeout``; at once with
         ``terminate``), close the caller's own envs and drop this process's hold on the block."""
+        if self.openmp is not None:
+            self.openmp.close()  # (a throttle's thread, if the host was contended)
         if not terminate:
             for worker in self._remote:
                 worker.ask_to_close()

@@ -32,6 +32,15 @@ idle threads do not spin, and the vector env leaves the runtimes alone
   Re-checked every :data:`~fastvec.vector._wait.policy.RECHECK_EVERY` parked steps by
   releasing again.
 
+While the host is contended (another trainer, a busy process: :mod:`.host_load`), neither is
+done: the runtimes are **throttled** instead. A pool thread that spins its full count at every
+barrier while the thread it waits for has no core makes a training loop crawl (two CleanRL
+trainers on two cores ran several times slower than one). libgomp spins a short count when it
+counts more OpenMP threads than CPUs (its manual, ``GOMP_SPINCOUNT``); a process only counts
+its own, so fastvec adds a thread of its own with an idle team of more threads than the
+process's CPUs (``fv_omp_throttle.h``), asleep, for as long as the contention lasts. Nothing
+the user set changes.
+
 LLVM's and Intel's runtimes (``libomp``, ``libiomp5``) are left alone: their pause is
 process-wide and waits for threads busy elsewhere, so a trainer with other threads in a
 parallel region could stall in it; there, the fix is the user's ``KMP_BLOCKTIME=0``.
@@ -44,7 +53,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+from fastvec.host import usable_cpus
 from fastvec.vector._wait._omp_park import timed_pause, timed_region
+from fastvec.vector._wait._omp_throttle import SpinThrottle
 from fastvec.vector._wait.policy import MAX_PARK_EXIT_S, POOL_FOUND_S, RECHECK_EVERY
 
 __all__ = ["OpenMPIdleThreads", "loaded_runtimes", "LLVM_RUNTIME_NAMES"]
@@ -109,6 +120,9 @@ class OpenMPIdleThreads:
         self.parking = False
         self._decaying = False  # a runtime not parked in has a share of found pools to bring down
         self._parked: np.ndarray | None = None  # the entry points of the runtimes parked in
+        self._throttles: list[SpinThrottle] = []  # one per runtime while the host is contended
+        #: whether the runtimes spin their short count now (:meth:`throttle`)
+        self.throttled = False
 
     def _look_up(self) -> None:
         self._modules_seen = len(sys.modules)
@@ -149,6 +163,26 @@ class OpenMPIdleThreads:
                 runtime.note(found=False)
         self._update()
 
+    def throttle(self, on: bool) -> None:
+        """Make the runtimes spin their short count after each region (``on``), or their own
+        again: while the host is contended (see the module docstring). Idempotent."""
+        if on == self.throttled:
+            return
+        if not on:
+            self.close()
+            return
+        if len(sys.modules) != self._modules_seen:
+            self._look_up()
+        threads = len(usable_cpus()) + 1
+        self._throttles = [SpinThrottle(r.parallel, threads) for r in self._runtimes if r.parallel]
+        self.throttled = True
+
+    def close(self) -> None:
+        """End the throttle, if any (the vector env closes)."""
+        throttles, self._throttles, self.throttled = self._throttles, [], False
+        for throttle in throttles:
+            throttle.stop()
+
     def parked_runtimes(self) -> np.ndarray | None:
         """The entry points (``GOMP_parallel``, ``omp_get_thread_num``) of the runtimes the
         step's wait should run parked in, for ``handoff.wait_all_done_parked``; None: none."""
@@ -168,8 +202,8 @@ class _Runtime:
     def __init__(self, path: str, pause: int, parallel: int, thread_num: int) -> None:
         self.path = path
         self._pause = pause  # the address of omp_pause_resource_all
-        self.parallel = parallel  # the address of GOMP_parallel (0: parking not possible)
-        self.thread_num = thread_num  # the address of omp_get_thread_num
+        self.parallel = parallel  # the address of GOMP_parallel (0: neither parking nor throttling possible)
+        self.thread_num = thread_num  # the address of omp_get_thread_num (0: parking not chosen)
         self.hot = False  # park steps in this runtime
         self.found_share = 0.0  # running share of releases that found a pool to end
         #: what a release costs the trainer's next region on this host: starting the pool's
@@ -187,13 +221,11 @@ class _Runtime:
             pause = _address(lib, "omp_pause_resource_all")
         except (OSError, AttributeError):  # an old runtime without OpenMP 5.0's pause
             return None
-        parallel = thread_num = 0
-        if park:
-            try:
-                parallel, thread_num = _address(lib, "GOMP_parallel"), _address(lib, "omp_get_thread_num")
-            except AttributeError:  # (a GCC older than 4.9's runtime)
-                parallel = thread_num = 0
-        return cls(path, pause, parallel, thread_num)
+        try:
+            parallel, thread_num = _address(lib, "GOMP_parallel"), _address(lib, "omp_get_thread_num")
+        except AttributeError:  # (a GCC older than 4.9's runtime)
+            parallel = thread_num = 0
+        return cls(path, pause, parallel, thread_num if park else 0)
 
     def release(self) -> None:
         self.note(found=timed_pause(self._pause, OMP_PAUSE_SOFT) >= POOL_FOUND_S)
