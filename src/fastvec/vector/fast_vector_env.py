@@ -145,9 +145,11 @@ class FastVectorEnv(WorkerVectorEnv):
             is due and then block, so they are there for the trainer's next region;
             otherwise (or with ``wait="release"``/``"block"``) they are handed back before
             the step with OpenMP 5's ``omp_pause_resource_all``, and the next region starts
-            them again. No setting of yours changes; with ``OMP_WAIT_POLICY=passive`` (or
-            ``GOMP_SPINCOUNT=0``) the threads do not spin and are left alone. Default
-            ``True``; ``False`` leaves them alone.
+            them again. While other work wants the same CPUs (a second trainer, a busy
+            process), neither: the runtime is made to spin its short count, as when it counts
+            more OpenMP threads than CPUs. No setting of yours changes; with
+            ``OMP_WAIT_POLICY=passive`` (or ``GOMP_SPINCOUNT=0``) the threads do not spin and
+            are left alone. Default ``True``; ``False`` leaves them alone.
         env_failure: what a failure during a step does. ``"raise"`` (default): the env's
             exception (or :class:`~fastvec.errors.WorkerDiedError`) is raised and the vector
             env closes. ``"restart"``: an env whose ``step`` (or the autoreset inside one)

@@ -11,8 +11,10 @@ long the caller spends between steps (published in the shared block). While othe
 the host wants the same CPUs (:mod:`.host_load` measures it), nothing spins: the caller's
 waits block at once, it publishes itself as computing so that the workers' waits block at
 once and the workers leave the CPUs they were pinned to, and the trainer's OpenMP runtimes are
-left alone, neither parked nor released (a released pool's threads, started again for the
-trainer's next region, each wait for a core the other work holds).
+neither parked nor released (a released pool's threads, started again for the trainer's next
+region, each wait for a core the other work holds) but throttled: they spin libgomp's short
+count after each region, as when it counts more OpenMP threads than CPUs (:mod:`.openmp`), so
+that a team thread waiting at a barrier for one with no core gives its core up soon.
 
 Users choose among three policies with ``FastVectorEnv(wait=...)``:
 
@@ -273,7 +275,7 @@ class CallerWaits:
     @property
     def contended(self) -> bool:
         """Whether other work on the host wants the CPUs the vector env runs on (then nothing
-        spins, the workers leave their CPUs and the OpenMP runtimes are left alone)."""
+        spins, the workers leave their CPUs and the OpenMP runtimes are throttled)."""
         return self.host is not None and self.host.contended
 
     def host_report(self) -> dict | None:
