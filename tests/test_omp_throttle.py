@@ -75,10 +75,13 @@ def test_throttle_is_idempotent_and_closing_ends_it():
     path = _gnu_runtime()
     idle = OpenMPIdleThreads()
     idle.throttle(True)
-    first = list(idle._throttles)
-    idle.throttle(True)
-    assert idle._throttles == first and len(first) == len(loaded_runtimes())
-    idle.close()
+    try:
+        first = list(idle._throttles)
+        idle.throttle(True)
+        # (one per runtime it could start a region of: another library may bring an older libgomp)
+        assert idle._throttles == first and len(first) == sum(1 for r in idle._runtimes if r.parallel) >= 1
+    finally:
+        idle.close()
     assert not idle.throttled and not any(t.running for t in first)
     idle.close()  # (again: nothing to do)
     with pytest.raises(ValueError, match="address 0"):
