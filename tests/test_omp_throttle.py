@@ -104,12 +104,13 @@ class _Contended:
         return False
 
 
-def test_a_vector_env_on_a_contended_host_throttles_its_callers_runtimes_until_it_closes(monkeypatch):
+@pytest.mark.parametrize("wait", ["auto", "block"])  # ("block": made for hosts shared with other work)
+def test_a_vector_env_on_a_contended_host_throttles_its_callers_runtimes_until_it_closes(monkeypatch, wait):
     from fastvec.vector._caller import pool
 
     _gnu_runtime()
     monkeypatch.setattr(pool, "HostLoad", _Contended)
-    env = FastVectorEnv([lambda: gym.make("CartPole-v1")] * 2, num_workers=2)
+    env = FastVectorEnv([lambda: gym.make("CartPole-v1")] * 2, num_workers=2, wait=wait)
     try:
         env.reset(seed=0)
         env.step(np.zeros(2, np.int64))

@@ -507,8 +507,8 @@ class FastVectorEnv(WorkerVectorEnv):
             ``pipe_messages``, ``pipe_bytes`` and ``restarts`` (failures recovered from) in all,
             ``host`` (``contended``: whether other work on this host wants the vector env's
             CPUs, so that its waits block and its workers move freely; ``other_cores``: how
-            much of them it takes, cores; None where not measured: ``wait="block"``, or no
-            ``/proc``), ``wake_us`` (what a wake-up from a blocked wait costs on this host,
+            much of them it takes, cores; None where not measured: no ``/proc``, or
+            ``wait="block"`` with ``release_openmp_threads=False``), ``wake_us`` (what a wake-up from a blocked wait costs on this host,
             measured once per process, microseconds; the spins are at least that long; None
             where not measured: ``wait="block"``, one usable CPU, no futex), and ``advice`` (sentences naming a slow worker, a trainer that holds
             most of the time, steps that go through the pipes, restarts, a contended host).

@@ -138,8 +138,9 @@ class WorkerPool(PoolFaults):
                     autoreset_mode=self._autoreset_mode, waits=worker_waits, cpu=cpus[w],
                     follow_caller=pin_workers is None, restart=self._restart_state(w, rebuilt=False)))
                 self.workers.append(self._remote[-1])
-        # (measured only where spins adapt: wait="block" spins nowhere already)
-        if self.waits.settings.adaptive:
+        # (measured where spins adapt, or where the OpenMP runtimes may be throttled: with
+        # wait="block" too, made for hosts shared with other work)
+        if self.waits.settings.adaptive or self.openmp is not None:
             self.waits.host = HostLoad(usable_cpus(), self._own_pids)
 
     def _own_pids(self) -> list[int]:

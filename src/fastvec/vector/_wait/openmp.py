@@ -174,7 +174,12 @@ class OpenMPIdleThreads:
         if len(sys.modules) != self._modules_seen:
             self._look_up()
         threads = len(usable_cpus()) + 1
-        self._throttles = [SpinThrottle(r.parallel, threads) for r in self._runtimes if r.parallel]
+        for runtime in self._runtimes:
+            if runtime.parallel:
+                try:
+                    self._throttles.append(SpinThrottle(runtime.parallel, threads))
+                except OSError:  # (no thread to be had: the runtime keeps its own spin)
+                    pass
         self.throttled = True
 
     def close(self) -> None:
