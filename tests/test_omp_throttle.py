@@ -121,6 +121,18 @@ def test_a_vector_env_on_a_contended_host_throttles_its_callers_runtimes_until_i
     assert throttled < 1.0 and _idle_cpu_ms() > 3 * throttled
 
 
+def test_wait_block_throttles_on_a_quiet_host_too():
+    _gnu_runtime()
+    with FastVectorEnv([lambda: gym.make("CartPole-v1")] * 2, num_workers=2, wait="block") as env:
+        env.reset(seed=0)
+        env.step(np.zeros(2, np.int64))
+        assert env._pool.openmp.throttled and not env._pool.waits.contended
+    with FastVectorEnv([lambda: gym.make("CartPole-v1")] * 2, num_workers=2) as env:  # ("auto")
+        env.reset(seed=0)
+        env.step(np.zeros(2, np.int64))
+        assert not env._pool.openmp.throttled or env._pool.waits.contended
+
+
 def test_a_vector_env_told_to_leave_openmp_alone_does_not_throttle(monkeypatch):
     from fastvec.vector._caller import pool
 
