@@ -118,3 +118,25 @@ def assert_processes_gone(pids: list, bound: float) -> float:
             return time.perf_counter() - start
         assert time.perf_counter() - start < bound, f"processes {alive} still running after {bound} s"
         time.sleep(0.05)
+
+
+class StepInto:
+    """A compiled env stepped through step_into/reset_into, each into one row of a block of three:
+    close() checks the rows beside it were left untouched, and closes the env."""
+
+    def __init__(self, env, row=1):
+        self.env, self.row = env, row
+        self.block = np.full((3,) + env.observation_space.shape, 9, env.observation_space.dtype)
+        self.action_space = env.action_space
+
+    def reset(self, *, seed=None, options=None):
+        info = self.env.reset_into(self.block[self.row], seed=seed, options=options)
+        return self.block[self.row].copy(), info
+
+    def step(self, action):
+        reward, terminated, truncated, info = self.env.step_into(action, self.block[self.row])
+        return self.block[self.row].copy(), reward, terminated, truncated, info
+
+    def close(self):
+        assert (self.block[self.row - 1] == 9).all() and (self.block[self.row + 1] == 9).all()
+        self.env.close()

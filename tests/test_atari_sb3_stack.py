@@ -32,7 +32,7 @@ from gymnasium.wrappers import (  # noqa: E402
 from fastvec.atari import CompiledAtariEnv, compile_stack  # noqa: E402
 from fastvec.atari._resize import area_resize  # noqa: E402
 from fastvec.atari._sb3 import gray_cv, gray_planes, rgb_planes, rgb_simd  # noqa: E402
-from helpers import assert_same  # noqa: E402
+from helpers import StepInto, assert_same  # noqa: E402
 
 ClipRewardEnv = atari_wrappers.ClipRewardEnv
 EpisodicLifeEnv = atari_wrappers.EpisodicLifeEnv
@@ -331,36 +331,16 @@ def test_compiled_after_a_reset_continues_the_episode():
     assert _state(env) == _state(python_env)
 
 
-class _Into:
-    """A compiled env stepped through step_into/reset_into, each into one row of a block."""
-
-    def __init__(self, env, row=1):
-        self.env, self.row = env, row
-        self.block = np.full((3,) + env.observation_space.shape, 9, env.observation_space.dtype)
-        self.action_space = env.action_space
-
-    def reset(self, *, seed=None, options=None):
-        info = self.env.reset_into(self.block[self.row], seed=seed, options=options)
-        return self.block[self.row].copy(), info
-
-    def step(self, action):
-        reward, terminated, truncated, info = self.env.step_into(action, self.block[self.row])
-        return self.block[self.row].copy(), reward, terminated, truncated, info
-
-    def close(self):
-        assert (self.block[self.row - 1] == 9).all() and (self.block[self.row + 1] == 9).all()
-
-
 @pytest.mark.parametrize("case", ["breakout-cleanrl", "breakout-no-stack-keepdim-64", "breakout-rgb-out"])
 def test_step_into_a_row(case):
     make, steps, *_ = PARITY[case]
     env, reason = compile_stack(make())
     assert reason is None and isinstance(env, CompiledAtariEnv)
-    into = _Into(env)
+    into = StepInto(env)
     _drive(make(), into, steps // 3, seed=11, reseed_at=steps // 6)
-    into.close()
     with pytest.raises(ValueError, match="Expected out of shape"):
         env.step_into(0, np.zeros((2, 84, 84), np.uint8))
+    into.close()
 
 
 def test_the_compiled_env_stands_in_for_the_wrappers():

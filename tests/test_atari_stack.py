@@ -26,6 +26,7 @@ from gymnasium.wrappers import (  # noqa: E402
 )
 
 from fastvec.atari import CompiledAtariEnv, compile_stack  # noqa: E402
+from helpers import StepInto  # noqa: E402
 
 gym.register_envs(ale_py)
 
@@ -131,27 +132,6 @@ def test_parity(case):
     _parity(make, steps, seed=7, min_ends=min_ends, min_losses=min_losses)
 
 
-class _Into:
-    """A compiled env stepped through step_into/reset_into, each into one row of a block."""
-
-    def __init__(self, env, row=1):
-        self.env, self.row = env, row
-        self.block = np.full((3,) + env.observation_space.shape, 9, env.observation_space.dtype)
-        self.action_space = env.action_space
-
-    def reset(self, *, seed=None, options=None):
-        info = self.env.reset_into(self.block[self.row], seed=seed, options=options)
-        return self.block[self.row].copy(), info
-
-    def step(self, action):
-        reward, terminated, truncated, info = self.env.step_into(action, self.block[self.row])
-        return self.block[self.row].copy(), reward, terminated, truncated, info
-
-    def close(self):
-        assert (self.block[self.row - 1] == 9).all() and (self.block[self.row + 1] == 9).all()
-        self.env.close()
-
-
 @pytest.mark.parametrize("case", ["breakout-life-loss-stack4", "breakout-scale-newaxis-stack3",
                                   "mspacman-screen64-skip3",
                                   "pong-scale-rgb"])
@@ -160,8 +140,9 @@ def test_step_into_a_row(case):
     python_env = make()
     env, reason = compile_stack(make())
     assert reason is None
-    _drive(python_env, _Into(env), steps // 3, seed=11, reseed_at=steps // 6)
-    _Into(env).close()
+    into = StepInto(env)
+    _drive(python_env, into, steps // 3, seed=11, reseed_at=steps // 6)
+    into.close()
 
 
 def test_step_into_checks_its_output():
