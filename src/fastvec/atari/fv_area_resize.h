@@ -10,23 +10,9 @@
 #include <stddef.h>
 #include <math.h>
 
-#if !defined(FV_NO_DISPATCH) && (defined(__x86_64__) || defined(__i386__)) \
-    && !defined(_WIN32) && !defined(__APPLE__) \
-    && ((defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 8))
-#define FV_AREA_DISPATCH 1
-#include <immintrin.h>
-#endif
+#include "fv_simd.h"
 
-/* No a*b+c contraction into an FMA (one rounding instead of two) in these functions. */
-#if defined(__clang__)
-#define FV_AREA_NO_CONTRACT _Pragma("clang fp contract(off)")
-#else
-#define FV_AREA_NO_CONTRACT
-#endif
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC push_options
-#pragma GCC optimize ("fp-contract=off")
-#endif
+FV_CONTRACT_OFF_BEGIN
 
 typedef struct {
     int sw, sh, dw, dh;     /* source and destination width, height */
@@ -58,7 +44,7 @@ static inline uint8_t fv_area_round_u8(float v) {
 }
 
 static void fv_area_hrow_plain(const fv_area_plan *p, const uint8_t *s, float *out) {
-    FV_AREA_NO_CONTRACT
+    FV_NO_CONTRACT
     for (int dx = 0; dx < p->dw; dx++) {
         const uint8_t *q = s + p->xbase[dx];
         const float *w = p->xw + (ptrdiff_t)dx * p->kx;
@@ -70,7 +56,7 @@ static void fv_area_hrow_plain(const fv_area_plan *p, const uint8_t *s, float *o
 }
 
 static void fv_area_vrow_plain(const fv_area_plan *p, int dy, const float *const *rows, uint8_t *out) {
-    FV_AREA_NO_CONTRACT
+    FV_NO_CONTRACT
     const float *b = p->yw + (ptrdiff_t)dy * p->ky;
     int n = p->yn[dy];
     for (int dx = 0; dx < p->dw; dx++) {
@@ -81,10 +67,10 @@ static void fv_area_vrow_plain(const fv_area_plan *p, int dy, const float *const
     }
 }
 
-#if defined(FV_AREA_DISPATCH)
+#if defined(FV_SIMD_DISPATCH)
 __attribute__((target("ssse3")))
 static void fv_area_hrow_ssse3(const fv_area_plan *p, const uint8_t *s, float *out) {
-    FV_AREA_NO_CONTRACT
+    FV_NO_CONTRACT
     const int kx = p->kx, groups = p->hw / 4;
     for (int g = 0; g < groups; g++) {
         const __m128i win = _mm_loadu_si128((const __m128i *)(s + p->woff[g]));
@@ -102,7 +88,7 @@ static void fv_area_hrow_ssse3(const fv_area_plan *p, const uint8_t *s, float *o
 
 __attribute__((target("ssse3")))
 static void fv_area_vrow_sse(const fv_area_plan *p, int dy, const float *const *rows, uint8_t *out) {
-    FV_AREA_NO_CONTRACT
+    FV_NO_CONTRACT
     const float *b = p->yw + (ptrdiff_t)dy * p->ky;
     const int n = p->yn[dy];
     for (int x = 0; x < p->hw; x += 8) {
@@ -120,7 +106,7 @@ static void fv_area_vrow_sse(const fv_area_plan *p, int dy, const float *const *
 
 __attribute__((target("avx2")))
 static void fv_area_hrow_avx2(const fv_area_plan *p, const uint8_t *s, float *out) {
-    FV_AREA_NO_CONTRACT
+    FV_NO_CONTRACT
     const int kx = p->kx, pairs = p->hw / 8;
     for (int q = 0; q < pairs; q++) {
         const __m256i win = _mm256_inserti128_si256(
@@ -141,7 +127,7 @@ static void fv_area_hrow_avx2(const fv_area_plan *p, const uint8_t *s, float *ou
 
 __attribute__((target("avx2")))
 static void fv_area_vrow_avx2(const fv_area_plan *p, int dy, const float *const *rows, uint8_t *out) {
-    FV_AREA_NO_CONTRACT
+    FV_NO_CONTRACT
     const float *b = p->yw + (ptrdiff_t)dy * p->ky;
     const int n = p->yn[dy];
     for (int x = 0; x < p->hw; x += 8) {
@@ -167,7 +153,7 @@ static int fv_area_select(int level) {
 }
 
 static void fv_area_init(void) {
-#if defined(FV_AREA_DISPATCH)
+#if defined(FV_SIMD_DISPATCH)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("ssse3")) {
         fv_area_isa_max = 1;
@@ -186,7 +172,7 @@ static void fv_area_run(const fv_area_plan *p, const uint8_t *src, ptrdiff_t sst
                         uint8_t *dst, ptrdiff_t dstep) {
     fv_area_hrow_fn hrow = fv_area_hrow_plain;
     fv_area_vrow_fn vrow = fv_area_vrow_plain;
-#if defined(FV_AREA_DISPATCH)
+#if defined(FV_SIMD_DISPATCH)
     if (p->simd_ok && fv_area_level == 2) {
         hrow = fv_area_hrow_avx2; vrow = fv_area_vrow_avx2;
     } else if (p->simd_ok && fv_area_level == 1) {
@@ -214,8 +200,6 @@ static void fv_area_run(const fv_area_plan *p, const uint8_t *src, ptrdiff_t sst
     }
 }
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC pop_options
-#endif
+FV_CONTRACT_OFF_END
 
 #endif /* FV_AREA_RESIZE_H */

@@ -13,22 +13,9 @@
 #include <stdint.h>
 #include <stddef.h>
 
-#if !defined(FV_NO_DISPATCH) && (defined(__x86_64__) || defined(__i386__)) \
-    && !defined(_WIN32) && !defined(__APPLE__) \
-    && ((defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 8))
-#define FV_RGB_DISPATCH 1
-#include <immintrin.h>
-#endif
+#include "fv_simd.h"
 
-#if defined(__clang__)
-#define FV_RGB_NO_CONTRACT _Pragma("clang fp contract(off)")
-#else
-#define FV_RGB_NO_CONTRACT
-#endif
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC push_options
-#pragma GCC optimize ("fp-contract=off")
-#endif
+FV_CONTRACT_OFF_BEGIN
 
 /* Whether fv_rgb_planes uses its SSSE3 loop (set by fv_rgb_init, changed by fv_rgb_select). */
 static int fv_rgb_simd = 0, fv_rgb_simd_max = 0;
@@ -47,7 +34,7 @@ static void fv_rgb_init(void) {
                 int byte = 3 * p + c;
                 fv_rgb_masks[c][k][p] = byte / 16 == k ? (uint8_t)(byte % 16) : 0x80;
             }
-#if defined(FV_RGB_DISPATCH)
+#if defined(FV_SIMD_DISPATCH)
     __builtin_cpu_init();
     fv_rgb_simd_max = __builtin_cpu_supports("ssse3") ? 1 : 0;
 #endif
@@ -72,7 +59,7 @@ static void fv_rgb_planes_plain(const uint8_t *a, const uint8_t *b, ptrdiff_t n,
     }
 }
 
-#if defined(FV_RGB_DISPATCH)
+#if defined(FV_SIMD_DISPATCH)
 /* 16 pixels (3 registers) at a time: the max (SSE2), then each channel gathered from the three
  * registers by byte shuffles and OR'd together; the last n % 16 pixels by the plain loop. */
 __attribute__((target("ssse3")))
@@ -108,7 +95,7 @@ static void fv_rgb_planes_ssse3(const uint8_t *a, const uint8_t *b, ptrdiff_t n,
 /* r/g/b[i] = channel c of pixel i of `a` (interleaved RGB), or of max(a, b) when b is not NULL. */
 static void fv_rgb_planes(const uint8_t *a, const uint8_t *b, ptrdiff_t n,
                           uint8_t *r, uint8_t *g, uint8_t *bl) {
-#if defined(FV_RGB_DISPATCH)
+#if defined(FV_SIMD_DISPATCH)
     if (fv_rgb_simd) {
         fv_rgb_planes_ssse3(a, b, n, r, g, bl);
         return;
@@ -121,7 +108,7 @@ static void fv_rgb_planes(const uint8_t *a, const uint8_t *b, ptrdiff_t n,
  * lies in [0, 255 + a rounding], so the cast truncates as numpy's astype does. */
 static void fv_gray_planes(const uint8_t *r, const uint8_t *g, const uint8_t *b, ptrdiff_t n,
                            uint8_t *out) {
-    FV_RGB_NO_CONTRACT
+    FV_NO_CONTRACT
     for (ptrdiff_t i = 0; i < n; i++) {
         double s = (double)r[i] * 0.2125;
         s = s + (double)g[i] * 0.7154;
@@ -146,8 +133,6 @@ static void fv_rgb_to_gray_cv(const uint8_t *a, const uint8_t *b, ptrdiff_t n, u
     }
 }
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC pop_options
-#endif
+FV_CONTRACT_OFF_END
 
 #endif
