@@ -474,10 +474,7 @@ class RayVectorEnv(WorkerVectorEnv):
 
     def step_wait(self, timeout: float | None = None):
         """Wait for the step sent by :meth:`step_async`; ``multiprocessing.TimeoutError`` after ``timeout`` s."""
-        self._assert_pending(CallState.WAITING_STEP, "step_wait")
-        replies = self._get(self._pending, timeout, "step_wait")
-        self._state = CallState.DEFAULT
-        self._out = {}
+        replies = self._collect(CallState.WAITING_STEP, timeout, "step_wait")
         last = self._last_observations(replies)
         infos = self._unpack(replies, self._all_rows_of, self.num_envs)
         obs = self._observations()
@@ -625,10 +622,7 @@ class RayVectorEnv(WorkerVectorEnv):
 
     def reset_wait(self, timeout: float | None = None):
         """Wait for the resets sent by :meth:`reset_async`; returns (obs, infos)."""
-        self._assert_pending(CallState.WAITING_RESET, "reset_wait")
-        replies = self._get(self._pending, timeout, "reset_wait")
-        self._state = CallState.DEFAULT
-        self._out = {}
+        replies = self._collect(CallState.WAITING_RESET, timeout, "reset_wait")
         infos = self._unpack(replies, self._all_rows_of, self.num_envs)
         obs = self._observations()
         if self._restarts is not None:
@@ -727,23 +721,14 @@ class RayVectorEnv(WorkerVectorEnv):
             offsets[k] = total
             total += self._stops[k] - self._starts[k]
         infos = self._unpack(replies, lambda k: np.arange(offsets[k], offsets[k] + self._stops[k] - self._starts[k]), total)
-        contiguous = got == list(range(got[0], got[-1] + 1))
-        env_ids = np.arange(self._starts[got[0]], self._stops[got[-1]]) if contiguous else \
-            np.concatenate([self._all_rows_of(k) for k in got])
+        env_ids, rows = self._received_envs(got)
         infos["env_id"] = env_ids
-        rows = slice(self._starts[got[0]], self._stops[got[-1]]) if contiguous else env_ids
         obs = self._observation_rows(rows)
         if self._restarts is not None:
             obs, infos = self._report_restarts(obs, last, infos, env_ids)
         if self._autoreset_disabled:
             self._autoreset_envs[rows] = self._terminations[rows] | self._truncations[rows]
-        return (
-            obs,
-            self._rewards[rows].copy() if contiguous else self._rewards[rows],
-            self._terminations[rows].copy() if contiguous else self._terminations[rows],
-            self._truncations[rows].copy() if contiguous else self._truncations[rows],
-            infos,
-        )
+        return (obs, *self._step_rows(rows, self._rewards, self._terminations, self._truncations), infos)
 
     def _drain(self) -> None:
         """Wait out send/recv steps still in flight (their results are dropped)."""
@@ -783,6 +768,14 @@ class RayVectorEnv(WorkerVectorEnv):
             raise AlreadyPendingCallError("send/recv has commands in flight: recv() them first", "recv")
         self._check_ray()
         self._pending = [(k, getattr(actor, command.value).remote(*payload_of(k))) for k, actor in enumerate(self._actors)]
+
+    def _collect(self, expected: CallState, timeout: float | None, caller: str) -> list[tuple[int, Any]]:
+        """The replies of the step or reset that is pending (``expected``); the call is over."""
+        self._assert_pending(expected, caller)
+        replies = self._get(self._pending, timeout, caller)
+        self._state = CallState.DEFAULT
+        self._out = {}
+        return replies
 
     def _wait_replies(self, timeout: float | None, caller: str) -> list[tuple[int, Any]]:
         """The shards' replies; the envs' exceptions re-raised (the vector env stays open)."""

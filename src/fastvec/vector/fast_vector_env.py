@@ -455,6 +455,17 @@ class FastVectorEnv(WorkerVectorEnv):
             return self._step(actions)
         return self._counted(self._step, actions)
 
+    def _ready_to_send_steps(self, what: str) -> None:
+        """The checks before ``what`` (``step_async`` or ``send``) sends steps: the vector env
+        is open, an interrupted command is finished first, no call is pending, and the envs
+        were reset where they would refuse a step."""
+        self._assert_is_running()
+        if self._interrupted:
+            self._finish_interrupted(what)
+        self._assert_no_pending_call(what)
+        if not self._was_reset and self._order_enforced:
+            self._refuse_step_before_reset(what)
+
     def _refuse_step_before_reset(self, what: str) -> None:
         """Raise ResetNeeded (ClosedEnvironmentError once closed): ``what`` (a step) would
         reach envs that refuse a step before their first reset, and their workers would end."""
@@ -582,12 +593,7 @@ class FastVectorEnv(WorkerVectorEnv):
         After a KeyboardInterrupt ended a wait (``step``, ``step_wait``, ``reset``, ...), the
         interrupted command is first finished and its results dropped, with a warning.
         """
-        self._assert_is_running()
-        if self._interrupted:
-            self._finish_interrupted("step_async")
-        self._assert_no_pending_call("step_async")
-        if not self._was_reset and self._order_enforced:
-            self._refuse_step_before_reset("step_async")
+        self._ready_to_send_steps("step_async")
         check_synchronous("FastVectorEnv", self.batch_size, self.num_envs)
         if self._async_used and self._inflight.any():
             raise AlreadyPendingCallError("send/recv has commands in flight: recv() them first", "recv")
@@ -789,12 +795,7 @@ class FastVectorEnv(WorkerVectorEnv):
         (``AssertionError``, as a step raises). After a KeyboardInterrupt ended a ``step``
         (or ``reset``, ``call``), that command is first finished and its results dropped.
         """
-        self._assert_is_running()
-        if self._interrupted:
-            self._finish_interrupted("send")
-        self._assert_no_pending_call("send")
-        if not self._was_reset and self._order_enforced:
-            self._refuse_step_before_reset("send")
+        self._ready_to_send_steps("send")
         workers, rows = self._whole_workers(env_ids)
         busy = [w for w in workers if self._inflight[w]]
         if busy:
@@ -834,15 +835,10 @@ class FastVectorEnv(WorkerVectorEnv):
             self._inflight[w] = 0
             self._ready[w] = 1
             self._envs_out -= self._envs_per_worker[w]
-        contiguous = len(got) == got[-1] - got[0] + 1
-        if contiguous:
-            env_ids = np.arange(self._starts[got[0]], self._stops[got[-1]])
-        else:
-            env_ids = np.concatenate([np.arange(self._starts[w], self._stops[w]) for w in got])
+        env_ids, rows = self._received_envs(got)
         staging = self._staging
         infos = staging.take_replies(replies, env_ids, infos_seen)
         infos["env_id"] = env_ids
-        rows = slice(self._starts[got[0]], self._stops[got[-1]]) if contiguous else env_ids
         obs = staging.observation_rows(rows)
         if self._restarts is not None:
             env_list = env_ids.tolist()
@@ -867,13 +863,7 @@ class FastVectorEnv(WorkerVectorEnv):
                 self._recv_left_out = left_out if left_out.any() else None
         if self._autoreset_disabled:
             self._note_ended(env_ids, rows)
-        return (
-            obs,
-            staging.rewards[rows].copy() if contiguous else staging.rewards[rows],
-            staging.terminations[rows].copy() if contiguous else staging.terminations[rows],
-            staging.truncations[rows].copy() if contiguous else staging.truncations[rows],
-            infos,
-        )
+        return (obs, *self._step_rows(rows, staging.rewards, staging.terminations, staging.truncations), infos)
 
     def _note_ended(self, env_ids: np.ndarray, rows) -> None:
         """DISABLED: which of the envs ``env_ids`` (block rows ``rows``) a recv hands back

@@ -198,14 +198,22 @@ class MultiAgentVectorEnv(VectorEnv):
         Raises:
             ValueError: a ``reset_mask`` of another length, or that splits an env's rows.
         """
-        if self._interrupted:
-            self._finish_interrupted("reset")
-        env_mask = None
-        if options is not None and "reset_mask" in options:
-            env_mask = self._env_reset_mask(options["reset_mask"])
-            options = {**options, "reset_mask": env_mask}
+        env_mask, options = self._before_reset("reset", options)
         self._reset_mask_out = env_mask
         return self._reset_rows(self._envs.reset(seed=self._env_seeds(seed), options=options), env_mask)
+
+    def _before_reset(self, caller: str, options: dict[str, Any] | None) -> tuple[np.ndarray | None, dict | None]:
+        """Finish an interrupted call, then turn ``options["reset_mask"]`` into one entry per env.
+
+        Returns:
+            The env mask (None: every env) and the options to hand the workers.
+        """
+        if self._interrupted:
+            self._finish_interrupted(caller)
+        if options is None or "reset_mask" not in options:
+            return None, options
+        env_mask = self._env_reset_mask(options["reset_mask"])
+        return env_mask, {**options, "reset_mask": env_mask}
 
     def _reset_rows(self, out: tuple, env_mask) -> tuple:
         """A reset's (observations, infos) by row, :attr:`agent_mask` updated (``env_mask``: the
@@ -281,12 +289,7 @@ class MultiAgentVectorEnv(VectorEnv):
         """Start resetting every env (env ``i`` with ``seed + i``); their first observations
         come from :meth:`recv`, ``batch_size`` envs at a time (``options["reset_mask"]``: as
         :meth:`reset`'s)."""
-        if self._interrupted:
-            self._finish_interrupted("async_reset")
-        env_mask = None
-        if options is not None and "reset_mask" in options:
-            env_mask = self._env_reset_mask(options["reset_mask"])
-            options = {**options, "reset_mask": env_mask}
+        env_mask, options = self._before_reset("async_reset", options)
         self._envs.async_reset(seed=self._env_seeds(seed), options=options)
         self._ready_envs[:] = False
         if env_mask is not None:

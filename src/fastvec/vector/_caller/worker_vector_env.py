@@ -287,6 +287,28 @@ class WorkerVectorEnv(VectorEnv):
             )
         return workers, env_ids
 
+    def _received_envs(self, got: list[int]) -> tuple[np.ndarray, slice | np.ndarray]:
+        """The envs of the workers ``got`` (in the order ``recv`` hands them back) and their rows.
+
+        Returns:
+            The env ids, and the rows: a slice when the workers are adjacent and ascending (the
+            cheap case), else the ids.
+        """
+        first, last = got[0], got[-1]
+        if got == list(range(first, last + 1)):
+            return np.arange(self._starts[first], self._stops[last]), slice(self._starts[first], self._stops[last])
+        env_ids = np.concatenate([np.arange(self._starts[k], self._stops[k]) for k in got])
+        return env_ids, env_ids
+
+    @staticmethod
+    def _step_rows(rows: slice | np.ndarray, rewards: np.ndarray, terminations: np.ndarray,
+                   truncations: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``rows`` of the rewards and flags, as arrays the caller owns: a slice is a view of
+        buffers the next step overwrites, so it is copied; indexing by ids copies already."""
+        if isinstance(rows, slice):
+            return rewards[rows].copy(), terminations[rows].copy(), truncations[rows].copy()
+        return rewards[rows], terminations[rows], truncations[rows]
+
     # -- the rest of the API --------------------------------------------------------------------
     def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None):
         """Reset the envs (all, or those in ``options["reset_mask"]``; env i gets ``seed + i``);
