@@ -359,7 +359,7 @@ def _cvt_color_unlike_ours() -> str | None:
     """Why this process's ``cv2.cvtColor(rgb, COLOR_RGB2GRAY)`` is not fastvec's kernel's, or None.
 
     OpenCV's fixed-point weights changed between versions (14 bits in OpenCV 3, 15 since): every
-    64th of the 2**24 colours (2 ms, once per process) tells them apart.
+    64th of the 2**24 colours (checked once per process) tells them apart.
     """
     try:
         import cv2

@@ -78,10 +78,10 @@ class SumTree(SegmentTree):
         Args:
             prefix_values: a number or an array of any shape, each >= 0.
             num_threads: search the batch in this many contiguous chunks on
-                OpenMP threads (1: in the calling thread only). A batch of
-                4096 at capacity 2^20 takes 0.55-0.7x the time on 2 threads
-                (docs/replay.md); the threads spin a little after each call
-                (OpenMP's wait policy), which costs whoever shares the cores.
+                OpenMP threads (1: in the calling thread only). Threads pay
+                for batches of thousands (docs/replay.md); they spin a little
+                after each call (OpenMP's wait policy), which costs whoever
+                shares the cores.
 
         Returns:
             int64 indices with the shape of ``prefix_values`` (an ``int`` for a

@@ -103,7 +103,8 @@ UNCONTENDED_OTHER_CORES = 0.15
 CONTENDED_THINK_S = 10 * THINK_WINDOW_S
 
 # --- the caller's idle OpenMP threads (openmp.py) ---------------------------------------------
-# A pause that takes this long ended a pool (tens of microseconds; about 1 µs with none).
+# A pause that takes this long ended a pool (ending a pool joins its threads; with no pool the
+# call only returns).
 POOL_FOUND_S = 10e-6
 # Parked steps between two checks (by releasing) that the trainer still runs a region each step.
 RECHECK_EVERY = 256
