@@ -7,7 +7,8 @@ installed) on the include path. So does the example env of ``examples/native_env
 installed as ``fastvec.native.examples.gridworld`` (its own ``setup.py`` builds the same
 files against an installed fastvec). Flags are portable (-O3, no -march=native) so that
 wheels run on any x86-64/aarch64 machine; set FASTVEC_NATIVE=1 to add -march=native for a
-local build. The fast CartPole kernel picks AVX2/AVX-512 variants at run time (GCC/Clang on
+local build. The modules in ALIGNED_LOOPS (the flatten kernels) align their loops to 64
+bytes. The fast CartPole kernel picks AVX2/AVX-512 variants at run time (GCC/Clang on
 x86); set FASTVEC_NO_DISPATCH=1 to build only the baseline variant (to test it). Set
 FASTVEC_DEBUG=1 to keep debug info. Set
 FASTVEC_PORTABLE=1 to build the portable C paths that MSVC takes (C11 atomics and threads,
@@ -46,6 +47,13 @@ if os.environ.get("FASTVEC_NO_DISPATCH") == "1":
 if os.environ.get("FASTVEC_PORTABLE") == "1":
     define_macros.append(("FV_PORTABLE", "1"))
 
+# Modules whose kernels are short loops run over short rows (the few columns of a leaf): such
+# a loop runs at a different speed when it straddles a 64-byte boundary of the instruction
+# stream, which, left to the compiler, changes with any edit elsewhere in the module. Their
+# loops start on a 64-byte boundary (GCC and Clang; MSVC's flags are above).
+ALIGNED_LOOPS = {"fastvec.spaces._flatten"}
+ALIGN_LOOPS_ARGS = [] if sys.platform == "win32" else ["-falign-loops=64"]
+
 KIT_INCLUDE = os.path.join("src", "fastvec", "native")
 EXAMPLE = os.path.join("examples", "native_env", "gridworld")
 
@@ -56,7 +64,7 @@ def _extension(name: str, path: str) -> Extension:
         [path],
         include_dirs=[np.get_include(), KIT_INCLUDE],
         define_macros=define_macros,
-        extra_compile_args=compile_args,
+        extra_compile_args=compile_args + (ALIGN_LOOPS_ARGS if name in ALIGNED_LOOPS else []),
         extra_link_args=link_args,
     )
 

@@ -2,13 +2,14 @@
 """Flatten/unflatten kernels over the leaves of a :class:`fastvec.spaces.Layout`.
 
 Layout: a ``[B, F]`` flat buffer (typed contiguous memoryview, float32 or float64) and one
-C-contiguous array per leaf holding ``[B, *leaf.shape]`` samples. Each leaf kind has one
-``cdef ... noexcept nogil`` kernel fused over the leaf's element type and the flat float
+C-contiguous array per leaf holding ``[B, *leaf.shape]`` samples. The kernels are
+``cdef ... noexcept nogil`` functions fused over the leaf's element type and the flat float
 type:
 
-* ``_copy_in`` / ``_copy_out``: Box and MultiBinary values, copied with a C cast (NumPy's
-  ``astype``); ``_nonzero_out`` for bool leaves (``!= 0``, NumPy's cast to bool);
-* ``_onehot_in`` / ``_onehot_out``: Discrete, one-hot of ``value - start``;
+* ``_cast``: Box and MultiBinary values, copied with a C cast (NumPy's ``astype``) into the
+  flat buffer and out of it; into a bool leaf the cast is C's to ``_Bool`` (``!= 0``, NumPy's
+  cast to bool);
+* ``_onehot_in`` / ``_onehot_out``: Discrete, one-hot of ``value - start`` and back;
 * ``_multi_onehot_in`` / ``_multi_onehot_out``: MultiDiscrete, one one-hot per component.
 
 One call of :func:`flatten_into` / :func:`unflatten_into` runs every leaf of a layout. Per
@@ -19,9 +20,11 @@ then read the leaf through its data pointer: acquiring a typed memoryview per le
 more than the copy itself for one sample of a small leaf (docs/spaces.md). The kernels run
 block of rows by block of rows (``BLOCK_BYTES`` of the flat buffer), every leaf per block,
 so the rows being filled stay in cache while all leaves write their columns. Both
-directions share one driver (``_run``) and one switch over the leaf's element type
-(``_dispatch``). Inside ``nogil`` nothing is allocated and no Python object is touched; the
-GIL is released only when the call is large enough for that to pay (``NOGIL_MIN``).
+directions share one driver (``_run``), which calls each leaf's ``_leaf`` through a function
+pointer chosen when its ``LeafPlan`` was built (``_choose_kernels``: Cython's dispatch on the
+leaf's dtype is the one place that goes from a dtype to typed code). Inside ``nogil``
+nothing is allocated and no Python object is touched; the GIL is released only when the call
+is large enough for that to pay (``NOGIL_MIN``).
 """
 cimport numpy as cnp
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
@@ -47,6 +50,17 @@ ctypedef fused value_t:
     f32
     f64
 
+# C's bool: a number converted to it is 0 for 0 and 1 for anything else, NaN included (NumPy's
+# cast to bool). Declared over bint, a type of its own for Cython, so that it is a member of
+# cast_t apart from u8.
+cdef extern from *:
+    ctypedef bint bool_t "_Bool"
+
+# What _cast writes: any element type, or the bool of a bool leaf.
+ctypedef fused cast_t:
+    value_t
+    bool_t
+
 # Leaf kinds (LeafPlan.kind); fastvec.spaces._leaf_kinds reads them from Python.
 cpdef enum LeafKind:
     COPY = 0
@@ -60,7 +74,18 @@ cdef enum:
     BLOCK_BYTES = 32768
 
 
+cdef struct LeafSpec
+
+# One leaf over one block of rows, in either direction: a specialisation of _leaf, cast to
+# this type, whose leaf and flat pointers are untyped (the specialisation's own are typed),
+# and called with the pointers it was chosen for; data pointers are passed alike whatever
+# they point to. Declared before LeafSpec, which holds two.
+ctypedef Py_ssize_t (*LeafFn)(const LeafSpec* p, const void* kind, bint to_flat,
+                              Py_ssize_t rows, Py_ssize_t stride, void* leaf,
+                              void* flat) noexcept nogil
+
 cdef struct LeafSpec:
+    LeafFn run[2]       # _leaf for its kind and element type: float32 [0] / float64 [1] flat
     int kind            # COPY, ONEHOT, MULTI_ONEHOT, NONZERO or PYTHON
     int code            # element type of the leaf array: an ElemType (DT_U8 ... DT_F64)
     Py_ssize_t off      # column of the leaf's first flat value
@@ -79,6 +104,7 @@ _np_integer = _np.integer
 # under its C-API number and under the run-time number of its NumPy name, in case the two
 # differ (one fixed-width type has two C names: long/longlong, int/long).
 _TYPE_CODES = {}
+_CODE_DTYPES = {}  # ElemType -> the dtype _choose_kernels is handed for it
 for _num, _name, _code in (
         (cnp.NPY_UINT8, "uint8", DT_U8), (cnp.NPY_BOOL, "bool", DT_U8),
         (cnp.NPY_INT8, "int8", DT_I8), (cnp.NPY_UINT16, "uint16", DT_U16),
@@ -88,6 +114,7 @@ for _num, _name, _code in (
         (cnp.NPY_FLOAT64, "float64", DT_F64)):
     _TYPE_CODES[_num] = _code
     _TYPE_CODES[_np.dtype(_name).num] = _code
+    _CODE_DTYPES.setdefault(_code, _np.dtype(_name))  # (DT_U8: uint8, which precedes bool)
 
 
 def type_code(dtype) -> int:
@@ -100,20 +127,23 @@ def type_code(dtype) -> int:
 
 
 # --------------------------------------------------------------------------
-# nogil kernels. `flat` points at column `off` of row 0; rows are `stride` apart.
+# nogil kernels. `flat` points at the leaf's first column of row 0; rows are `stride` apart.
 # --------------------------------------------------------------------------
 
-cdef void _copy_in(
-    const value_t* src, Py_ssize_t rows, Py_ssize_t width, Py_ssize_t stride,
-    floating* flat,  # OUT
+cdef void _cast(
+    const value_t* src, Py_ssize_t src_step, Py_ssize_t rows, Py_ssize_t width,
+    Py_ssize_t dst_step,
+    cast_t* dst,  # OUT
 ) noexcept nogil:
-    """flat[b, j] = src[b, j], cast to the flat float type."""
+    """dst[b, j] = src[b, j] for j < width, with rows `src_step` and `dst_step` elements
+    apart: a C conversion (NumPy's astype; into bool_t, NumPy's cast to bool). One of the two
+    is the leaf array, the other the flat buffer: one kernel for both directions."""
     cdef Py_ssize_t b, j
     for b in range(rows):
         for j in range(width):
-            flat[j] = <floating> src[j]
-        src += width
-        flat += stride
+            dst[j] = <cast_t> src[j]
+        src += src_step
+        dst += dst_step
 
 
 cdef Py_ssize_t _onehot_in(
@@ -179,32 +209,6 @@ cdef inline Py_ssize_t _first_nonzero(const floating* f, Py_ssize_t n) noexcept 
     return j
 
 
-cdef void _copy_out(
-    const floating* flat, Py_ssize_t stride, Py_ssize_t rows, Py_ssize_t width,
-    value_t* dst,  # OUT
-) noexcept nogil:
-    """dst[b, j] = flat[b, j], C conversion (as NumPy's astype)."""
-    cdef Py_ssize_t b, j
-    for b in range(rows):
-        for j in range(width):
-            dst[j] = <value_t> flat[j]
-        flat += stride
-        dst += width
-
-
-cdef void _nonzero_out(
-    const floating* flat, Py_ssize_t stride, Py_ssize_t rows, Py_ssize_t width,
-    u8* dst,  # OUT
-) noexcept nogil:
-    """dst[b, j] = flat[b, j] != 0 (NumPy's cast to bool; NaN is True)."""
-    cdef Py_ssize_t b, j
-    for b in range(rows):
-        for j in range(width):
-            dst[j] = flat[j] != 0
-        flat += stride
-        dst += width
-
-
 cdef Py_ssize_t _onehot_out(
     const floating* flat, Py_ssize_t stride, Py_ssize_t rows, Py_ssize_t n, u64 start,
     value_t* dst,  # OUT
@@ -240,74 +244,83 @@ cdef Py_ssize_t _multi_onehot_out(
 
 
 # --------------------------------------------------------------------------
-# Per-leaf dispatch (nogil): kind and element type were fixed when the plan was built.
+# One leaf, its function chosen once per plan
 # --------------------------------------------------------------------------
 
-cdef Py_ssize_t _leaf_in(
-    const LeafSpec* p, const value_t* src, Py_ssize_t rows, Py_ssize_t stride,
-    floating* flat,  # OUT: row 0 of the flat buffer
-) noexcept nogil:
-    if p.kind == COPY:
-        _copy_in(src, rows, p.width, stride, flat + p.off)
-        return -1
-    if p.kind == ONEHOT:
-        return _onehot_in(src, rows, p.flat_width, p.start, stride, flat + p.off)
-    return _multi_onehot_in(src, rows, p.width, p.flat_width, p.seg, p.nvec, p.starts, stride,
-                            flat + p.off)
+# The kinds of leaf, as types: _leaf is fused over them, so that each of its specialisations
+# holds the loops of one kind only, which the compiler then optimises as that function's hot
+# code (beside the one-hot loops, which nest deeper, the copy loops would be taken for cold
+# code, and not aligned).
+ctypedef struct _Copy:          # COPY, and NONZERO when unflattening
+    char unused
+
+ctypedef struct _OneHot:        # ONEHOT
+    char unused
+
+ctypedef struct _MultiOneHot:   # MULTI_ONEHOT
+    char unused
+
+ctypedef fused kind_t:
+    _Copy
+    _OneHot
+    _MultiOneHot
 
 
-cdef Py_ssize_t _leaf_out(
-    const LeafSpec* p, const floating* flat, Py_ssize_t stride, Py_ssize_t rows,
-    value_t* dst,  # OUT
-) noexcept nogil:
-    if p.kind == COPY:
-        _copy_out(flat + p.off, stride, rows, p.width, dst)
-        return -1
-    if p.kind == NONZERO:
-        _nonzero_out(flat + p.off, stride, rows, p.width, <u8*> dst)
-        return -1
-    if p.kind == ONEHOT:
-        return _onehot_out(flat + p.off, stride, rows, p.flat_width, p.start, dst)
-    return _multi_onehot_out(flat + p.off, stride, rows, p.width, p.seg, p.nvec, p.starts, dst)
-
-
-cdef inline Py_ssize_t _leaf(
-    const LeafSpec* p, bint to_flat, Py_ssize_t rows, Py_ssize_t stride,
+cdef Py_ssize_t _leaf(
+    const LeafSpec* p,
+    const kind_t* kind,  # NULL: only its type matters
+    bint to_flat, Py_ssize_t rows, Py_ssize_t stride,
     value_t* leaf,   # OUT: when unflattening, rows of the leaf array
     floating* flat,  # OUT: when flattening, row 0 of the flat buffer
 ) noexcept nogil:
-    """One leaf over one block of rows, in either direction."""
-    if to_flat:
-        return _leaf_in(p, leaf, rows, stride, flat)
-    return _leaf_out(p, flat, stride, rows, leaf)
+    """One leaf over one block of rows, in either direction: the first bad row, or -1.
+
+    Each LeafPlan points at the specialisations of this function for its kind and element
+    type (_choose_kernels), and the driver calls them through LeafFn: it names no element
+    type, and no kernel is inlined into it.
+    """
+    flat += p.off
+    if kind_t is _OneHot:
+        if to_flat:
+            return _onehot_in(leaf, rows, p.flat_width, p.start, stride, flat)
+        return _onehot_out(flat, stride, rows, p.flat_width, p.start, leaf)
+    elif kind_t is _MultiOneHot:
+        if to_flat:
+            return _multi_onehot_in(leaf, rows, p.width, p.flat_width, p.seg, p.nvec,
+                                    p.starts, stride, flat)
+        return _multi_onehot_out(flat, stride, rows, p.width, p.seg, p.nvec, p.starts, leaf)
+    else:
+        if to_flat:  # (a bool leaf is read as u8)
+            _cast(leaf, p.width, rows, p.width, stride, flat)
+        elif p.kind == NONZERO:
+            _cast(flat, stride, rows, p.width, p.width, <bool_t*> leaf)
+        else:
+            _cast(flat, stride, rows, p.width, p.width, leaf)
+        return -1
 
 
-cdef Py_ssize_t _dispatch(
-    const LeafSpec* p, bint to_flat, Py_ssize_t rows, Py_ssize_t stride,
-    char* leaf,      # OUT: when unflattening
-    floating* flat,  # OUT: when flattening
-) noexcept nogil:
-    """_leaf specialised for the element type of the leaf array: the one place it is named."""
-    cdef int code = p.code
-    if code == DT_U8:
-        return _leaf(p, to_flat, rows, stride, <u8*> leaf, flat)
-    elif code == DT_I8:
-        return _leaf(p, to_flat, rows, stride, <i8*> leaf, flat)
-    elif code == DT_U16:
-        return _leaf(p, to_flat, rows, stride, <u16*> leaf, flat)
-    elif code == DT_I16:
-        return _leaf(p, to_flat, rows, stride, <i16*> leaf, flat)
-    elif code == DT_U32:
-        return _leaf(p, to_flat, rows, stride, <u32*> leaf, flat)
-    elif code == DT_I32:
-        return _leaf(p, to_flat, rows, stride, <i32*> leaf, flat)
-    elif code == DT_U64:
-        return _leaf(p, to_flat, rows, stride, <u64*> leaf, flat)
-    elif code == DT_I64:
-        return _leaf(p, to_flat, rows, stride, <i64*> leaf, flat)
-    elif code == DT_F32:
-        return _leaf(p, to_flat, rows, stride, <f32*> leaf, flat)
-    return _leaf(p, to_flat, rows, stride, <f64*> leaf, flat)
+cdef void _point(LeafSpec* s, const kind_t* kind, const value_t* leaf_type) noexcept:
+    """s.run: _leaf for kind_t and value_t, for a float32 and a float64 flat buffer (the
+    arguments are NULL: only their types matter)."""
+    s.run[0] = <LeafFn> _leaf[kind_t, value_t, f32]
+    s.run[1] = <LeafFn> _leaf[kind_t, value_t, f64]
+
+
+def _choose_kernels(LeafPlan plan, const value_t[::1] like):
+    """Point ``plan``'s spec at the _leaf for its kind and element type.
+
+    ``like`` is an empty array of that element type: Cython picks this function's
+    specialisation from its dtype, the one place where a leaf's dtype becomes typed code.
+    """
+    cdef LeafSpec* s = &plan.spec
+    if s.kind == PYTHON or type_code(like.base.dtype) != s.code:
+        raise ValueError("no kernel for this leaf, or an array of another type than its own")
+    if s.kind == ONEHOT:
+        _point(s, <const _OneHot*> NULL, <const value_t*> NULL)
+    elif s.kind == MULTI_ONEHOT:
+        _point(s, <const _MultiOneHot*> NULL, <const value_t*> NULL)
+    else:
+        _point(s, <const _Copy*> NULL, <const value_t*> NULL)
 
 
 # --------------------------------------------------------------------------
@@ -371,6 +384,8 @@ cdef class LeafPlan:
                 self.spec.seg = &seg_v[0]
                 self.spec.nvec = &nvec_v[0]
                 self.spec.starts = &start_v[0]
+        if self.spec.kind != PYTHON:
+            _choose_kernels(self, np.empty(0, _CODE_DTYPES[self.spec.code]))
 
     @property
     def kind(self) -> int:
@@ -416,29 +431,6 @@ ctypedef struct _Run:
     Py_ssize_t bad_leaf     # OUT: the leaf of the first bad row
 
 
-cdef int _run_alloc(_Run* a, Py_ssize_t n, Py_ssize_t rows, Py_ssize_t stride,
-                    bint to_flat) except -1:
-    """Fill ``a`` for ``n`` leaves, with room for their specs and data pointers (_run_free)."""
-    a.specs = <const LeafSpec**> PyMem_Malloc(n * sizeof(LeafSpec*) + 1)
-    a.leaves = <char**> PyMem_Malloc(n * sizeof(char*) + 1)
-    if a.specs == NULL or a.leaves == NULL:
-        _run_free(a)
-        raise MemoryError()
-    a.n = n
-    a.rows = rows
-    a.stride = stride
-    a.to_flat = to_flat
-    a.bad_leaf = -1
-    return 0
-
-
-cdef void _run_free(_Run* a) noexcept:
-    PyMem_Free(a.specs)
-    PyMem_Free(a.leaves)
-    a.specs = NULL
-    a.leaves = NULL
-
-
 cdef Py_ssize_t _run(
     _Run* a,         # OUT: a.bad_leaf
     floating* flat,  # OUT: when flattening, the [B, F] flat buffer
@@ -446,22 +438,93 @@ cdef Py_ssize_t _run(
     """Every leaf, block of rows by block of rows; the first bad row (a.bad_leaf = its leaf)
     or -1."""
     cdef const LeafSpec** specs = a.specs
+    cdef const LeafSpec* p
     cdef Py_ssize_t i, bad, count, rows = a.rows, stride = a.stride
     cdef Py_ssize_t start = 0
     cdef Py_ssize_t block = _block_rows(stride, sizeof(floating))
+    cdef int ft = 1 if floating is f64 else 0
     while start < rows:
         count = min(block, rows - start)
         for i in range(a.n):
-            if specs[i] == NULL:
+            p = specs[i]
+            if p == NULL:
                 continue
-            bad = _dispatch(specs[i], a.to_flat, count, stride,
-                            a.leaves[i] + start * specs[i].width * specs[i].itemsize,
-                            flat + start * stride)
+            bad = p.run[ft](p, NULL, a.to_flat, count, stride,
+                            a.leaves[i] + start * p.width * p.itemsize, flat + start * stride)
             if bad >= 0:
                 a.bad_leaf = i
                 return start + bad
         start += count
     return -1
+
+
+cdef object _run_leaves(
+    list plans, list arrays, Py_ssize_t rows, Py_ssize_t stride, bint to_flat, object coerce,
+    bint single,
+    floating* flat,  # OUT: when flattening, the [B, F] flat buffer
+):
+    """The two entry points' work after their own checks: check every leaf's array (the
+    values when flattening, the outputs when unflattening), then run the kernels over them
+    and ``flat``. None, or ``(leaf index, row)`` of the first value they could not write."""
+    cdef Py_ssize_t i, bad, total = 0, n = len(plans)
+    cdef LeafPlan p
+    cdef object v
+    cdef i64 scalar
+    cdef _Run run
+    cdef list kept = []      # arrays made by coerce, alive until the kernels ran
+    run.specs = <const LeafSpec**> PyMem_Malloc(n * sizeof(LeafSpec*) + 1)
+    run.leaves = <char**> PyMem_Malloc(n * sizeof(char*) + 1)
+    try:
+        if run.specs == NULL or run.leaves == NULL:
+            raise MemoryError()
+        for i in range(n):
+            run.specs[i] = NULL
+            p = <LeafPlan> plans[i]
+            v = arrays[i]
+            if p.spec.kind == PYTHON:
+                continue
+            if not to_flat:
+                if not p.accepts(v, rows, single) or not cnp.PyArray_ISWRITEABLE(v):
+                    raise ValueError(f"leaf array {i} is not a writable C-contiguous array "
+                                     f"of shape ({rows}, *{p.shape})")
+            else:
+                if single and p.spec.kind == ONEHOT and (type(v) is int
+                                                         or isinstance(v, _np_integer)):
+                    # One Discrete sample given as an int or NumPy integer (what
+                    # Discrete.sample() returns): read its exact value, no array needed.
+                    try:
+                        scalar = v
+                    except OverflowError:
+                        pass
+                    else:
+                        if _onehot_in(&scalar, 1, p.spec.flat_width, p.spec.start, stride,
+                                      flat + p.spec.off) >= 0:
+                            return (i, 0)
+                        continue
+                if not p.accepts(v, rows, single):
+                    v = coerce(i, v, rows, single)
+                    if not p.accepts(v, rows, single):
+                        raise RuntimeError(f"coerce returned an unusable array for leaf {i}")
+                    kept.append(v)
+            run.specs[i] = &p.spec
+            run.leaves[i] = <char*> cnp.PyArray_DATA(<cnp.ndarray> v)
+            total += p.spec.flat_width
+        run.n = n
+        run.rows = rows
+        run.stride = stride
+        run.to_flat = to_flat
+        run.bad_leaf = -1
+        if rows * total >= NOGIL_MIN:
+            with nogil:
+                bad = _run(&run, flat)
+        else:
+            bad = _run(&run, flat)
+    finally:
+        PyMem_Free(run.specs)
+        PyMem_Free(run.leaves)
+    if bad >= 0:
+        return (run.bad_leaf, bad)
+    return None
 
 
 def flatten_into(list plans, list values, floating[:, ::1] out, object coerce, bint single):
@@ -472,14 +535,9 @@ def flatten_into(list plans, list values, floating[:, ::1] out, object coerce, b
     kind 4 are skipped (the front end writes them). Returns None, or ``(leaf index, row)`` of
     a Discrete/MultiDiscrete value outside its space.
     """
-    cdef Py_ssize_t i, bad, total = 0, rows = out.shape[0], stride = out.shape[1]
+    cdef Py_ssize_t i, rows = out.shape[0], stride = out.shape[1]
     cdef Py_ssize_t n = len(plans)
     cdef LeafPlan p
-    cdef object v
-    cdef floating* base
-    cdef i64 scalar
-    cdef _Run run
-    cdef list kept = []      # arrays made by coerce, alive until the kernels ran
     if len(values) != n:
         raise ValueError(f"expected {n} leaf values, got {len(values)}")
     if rows == 0 or stride == 0:
@@ -490,46 +548,7 @@ def flatten_into(list plans, list values, floating[:, ::1] out, object coerce, b
             if p.spec.kind != PYTHON and not p.accepts(values[i], rows, single):
                 coerce(i, values[i], rows, single)
         return None
-    base = &out[0, 0]
-    _run_alloc(&run, n, rows, stride, True)
-    try:
-        for i in range(n):
-            run.specs[i] = NULL
-            p = <LeafPlan> plans[i]
-            if p.spec.kind == PYTHON:
-                continue
-            v = values[i]
-            if single and p.spec.kind == ONEHOT and (type(v) is int
-                                                     or isinstance(v, _np_integer)):
-                # One Discrete sample given as an int or NumPy integer (what
-                # Discrete.sample() returns): read its exact value, no array needed.
-                try:
-                    scalar = v
-                except OverflowError:
-                    pass
-                else:
-                    bad = _leaf_in(&p.spec, <const i64*> &scalar, 1, stride, base)
-                    if bad >= 0:
-                        return (i, bad)
-                    continue
-            if not p.accepts(v, rows, single):
-                v = coerce(i, v, rows, single)
-                if not p.accepts(v, rows, single):
-                    raise RuntimeError(f"coerce returned an unusable array for leaf {i}")
-                kept.append(v)
-            run.specs[i] = &p.spec
-            run.leaves[i] = <char*> cnp.PyArray_DATA(<cnp.ndarray> v)
-            total += p.spec.flat_width
-        if rows * total >= NOGIL_MIN:
-            with nogil:
-                bad = _run(&run, base)
-        else:
-            bad = _run(&run, base)
-    finally:
-        _run_free(&run)
-    if bad >= 0:
-        return (run.bad_leaf, bad)
-    return None
+    return _run_leaves(plans, values, rows, stride, True, coerce, single, &out[0, 0])
 
 
 def unflatten_into(list plans, const floating[:, ::1] flat, list outs, bint single=False):
@@ -539,36 +558,10 @@ def unflatten_into(list plans, const floating[:, ::1] flat, list outs, bint sing
     (``shape`` when ``single``, B = 1; the front end allocates them). Leaves of kind 4 are skipped. Returns None, or
     ``(leaf index, row)`` of a one-hot segment without a nonzero.
     """
-    cdef Py_ssize_t i, bad, total = 0, rows = flat.shape[0], stride = flat.shape[1]
-    cdef Py_ssize_t n = len(plans)
-    cdef LeafPlan p
-    cdef floating* base
-    cdef _Run run
+    cdef Py_ssize_t rows = flat.shape[0], stride = flat.shape[1]
     if rows == 0 or stride == 0:
         return None
-    if len(outs) != n:
-        raise ValueError(f"expected {n} leaf arrays, got {len(outs)}")
-    base = <floating*> &flat[0, 0]  # only read: _run writes the flat buffer when flattening
-    _run_alloc(&run, n, rows, stride, False)
-    try:
-        for i in range(n):
-            run.specs[i] = NULL
-            p = <LeafPlan> plans[i]
-            if p.spec.kind == PYTHON:
-                continue
-            if not p.accepts(outs[i], rows, single) or not cnp.PyArray_ISWRITEABLE(outs[i]):
-                raise ValueError(f"leaf array {i} is not a writable C-contiguous array "
-                                 f"of shape ({rows}, *{p.shape})")
-            run.specs[i] = &p.spec
-            run.leaves[i] = <char*> cnp.PyArray_DATA(<cnp.ndarray> outs[i])
-            total += p.spec.flat_width
-        if rows * total >= NOGIL_MIN:
-            with nogil:
-                bad = _run(&run, base)
-        else:
-            bad = _run(&run, base)
-    finally:
-        _run_free(&run)
-    if bad >= 0:
-        return (run.bad_leaf, bad)
-    return None
+    if len(outs) != len(plans):
+        raise ValueError(f"expected {len(plans)} leaf arrays, got {len(outs)}")
+    # (only read: the kernels write the flat buffer when flattening)
+    return _run_leaves(plans, outs, rows, stride, False, None, single, <floating*> &flat[0, 0])
