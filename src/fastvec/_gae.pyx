@@ -13,15 +13,18 @@ in a register (their rows are too short to hide the round trip through
 memory; docs/gae.md has the measurements).
 
 The ``def`` wrappers check and prepare their inputs with the NumPy C API
-(type, dtype, shape, C-contiguity, then the raw data pointer). Typed
+(type, dtype, shape, C-contiguity, then the raw data pointer), all three through one
+function (``_checked_call``). Typed
 memoryviews cost more to acquire than a whole small call (docs/gae.md), so
 the kernels take pointers to C-contiguous data plus their sizes instead.
 
 Float data and done flags are fused types (``floating``: float32 / float64;
 ``flag_t``: bool/uint8 read as ``u8``, float32, float64), so a bool ``dones``
 next to float32 values costs no conversion copy. A call's arguments travel in
-one struct (``_Call``); its element types are chosen in one place
-(``_typed``), and every function below that is a single specialisation.
+one struct (``_Call``); its element types are chosen in one place (``_typed`` and
+``_flagged``), and every function below that is a single specialisation. The kernels are
+fused over as types too: one function (``_block``) reads a call's arrays for all three,
+and each of its specialisations holds one kernel's loops.
 """
 import sys
 
@@ -250,11 +253,6 @@ cdef inline void _vt_row(
 # Block kernels: rows T-1 .. 0 over the column range [c0, c1)
 # ----------------------------------------------------------------------------
 
-# Each takes the call (_Call) and, as NULL pointers, the float and flag types of its
-# specialisation. It copies what it reads of the call into locals first: read through the
-# pointer inside a loop, a field would have to be reloaded after every store to an output
-# row, which might have changed it as far as the compiler knows (-fno-strict-aliasing).
-
 # Narrow buffers (N <= 8 columns, e.g. CleanRL's 4 or 8 envs) run column-wise:
 # a row kernel's rows are too short to hide the store-to-load round trip of the
 # running advantage through memory (at N = 8 it, not the arithmetic, bounds
@@ -318,111 +316,106 @@ cdef void _gae_cols(
             nn[i] = one - <floating>d[o + i]
 
 
-cdef void _gae_block(const _Call* call, Py_ssize_t c0, Py_ssize_t c1,
-                     const floating* ftype, const flag_t* ktype) noexcept nogil:
-    cdef Py_ssize_t T = call.T, N = call.N
+# The kernels, as types: _block is fused over them, so that the call's arrays are read in
+# one place while each of its specialisations holds the loops of one kernel only.
+ctypedef struct _Gae:
+    char unused
+
+ctypedef struct _Tt:
+    char unused
+
+ctypedef struct _Vt:
+    char unused
+
+ctypedef fused kernel_t:
+    _Gae
+    _Tt
+    _Vt
+
+
+cdef void _block(const _Call* call, const kernel_t* kernel, Py_ssize_t c0, Py_ssize_t c1,
+                 const floating* ftype, const flag_t* ktype) noexcept nogil:
+    """Rows T-1 .. 0 of one kernel over the columns [c0, c1). The pointer arguments are NULL:
+    their types pick the kernel and the float and flag types of this specialisation."""
+    # What is read of the call is copied into locals first: read through the pointer inside a
+    # loop, a field would have to be reloaded after every store to an output row, which might
+    # have changed it as far as the compiler knows (-fno-strict-aliasing).
+    cdef Py_ssize_t T = call.T, N = call.N, n = c1 - c0
     cdef const floating* r = <const floating*>call.rewards
     cdef const floating* v = <const floating*>call.values
-    cdef const flag_t* d = <const flag_t*>call.dones
+    cdef const flag_t* d = <const flag_t*>call.dones   # terminated for _Tt
     cdef const floating* nv = <const floating*>call.next_value
+    cdef floating* out0 = <floating*>call.out0  # advantages (_Vt: vs)
+    cdef floating* out1 = <floating*>call.out1  # returns (_Vt: pg_advantages)
     # gamma * lambda is rounded once, as NumPy/torch do with a Python-float product.
     cdef floating g = <floating>call.gamma, gl = <floating>(call.gamma * call.lam)
-    cdef floating* adv = <floating*>call.out0
-    cdef floating* ret = <floating*>call.out1
-    cdef Py_ssize_t t, o, n = c1 - c0
-    cdef Py_ssize_t c = c0
+    cdef const flag_t* tr = NULL
+    cdef const floating* nvs = NULL
+    cdef const floating* x = NULL
+    cdef bint is_log = False
+    cdef floating k = 0, lam = 0, rho_bar = 0, c_bar = 0, pg_bar = 0
+    cdef const floating* v1       # values of the next row, or next_value on row T-1
+    cdef const flag_t* d1         # dones of the next row (NULL on row T-1)
+    cdef floating* a1             # out0's next row (NULL on row T-1)
+    cdef Py_ssize_t t, o, i, c = c0
     if n <= 0:
         return
-    if n <= _NARROW_MAX:
-        if n == 8:
-            _gae_cols(<_Lanes8*>NULL, T, N, c, r, v, d, nv, g, gl, adv, ret)
+    if kernel_t is _Gae:
+        if n <= _NARROW_MAX:
+            if n == 8:
+                _gae_cols(<_Lanes8*>NULL, T, N, c, r, v, d, nv, g, gl, out0, out1)
+                return
+            if n >= 4:
+                _gae_cols(<_Lanes4*>NULL, T, N, c, r, v, d, nv, g, gl, out0, out1)
+                c += 4
+            while c < c1:
+                _gae_cols(<_Lanes1*>NULL, T, N, c, r, v, d, nv, g, gl, out0, out1)
+                c += 1
             return
-        if n >= 4:
-            _gae_cols(<_Lanes4*>NULL, T, N, c, r, v, d, nv, g, gl, adv, ret)
-            c += 4
-        while c < c1:
-            _gae_cols(<_Lanes1*>NULL, T, N, c, r, v, d, nv, g, gl, adv, ret)
-            c += 1
-        return
-    o = (T - 1) * N + c0
-    _gae_row_last(n, r + o, v + o, nv + c0, g, adv + o, ret + o)
-    t = T - 2
-    while t >= 1:  # rows t and t - 1 together
-        o = t * N + c0
-        _gae_row2(n, r + o, r + o - N, v + o, v + o - N, v + o + N, d + o + N, d + o,
-                  adv + o + N, g, gl, adv + o, ret + o, adv + o - N, ret + o - N)
-        t -= 2
-    if t == 0:  # T - 1 rows were even: row 0 is left
-        o = c0
-        _gae_row(n, r + o, v + o, v + o + N, d + o + N, adv + o + N, g, gl, adv + o, ret + o)
-
-
-cdef void _tt_block(const _Call* call, Py_ssize_t c0, Py_ssize_t c1,
-                    const floating* ftype, const flag_t* ktype) noexcept nogil:
-    cdef Py_ssize_t T = call.T, N = call.N
-    cdef const floating* r = <const floating*>call.rewards
-    cdef const floating* v = <const floating*>call.values
-    cdef const flag_t* te = <const flag_t*>call.dones
-    cdef const flag_t* tr = <const flag_t*>call.truncated
-    cdef const floating* nv = <const floating*>call.next_value
-    cdef const floating* nvs = <const floating*>call.next_values
-    cdef floating g = <floating>call.gamma, gl = <floating>(call.gamma * call.lam)
-    cdef floating* adv = <floating*>call.out0
-    cdef floating* ret = <floating*>call.out1
-    cdef Py_ssize_t t, o, n = c1 - c0
-    cdef const floating* vn
-    cdef const floating* vf
-    cdef const floating* a1
-    cdef floating k = 1 if nvs == NULL else 0
-    if n <= 0:
-        return
-    for t in range(T - 1, -1, -1):
-        o = t * N + c0
-        if t == T - 1:
-            vn = nv + c0
-            a1 = NULL
+        o = (T - 1) * N + c0
+        _gae_row_last(n, r + o, v + o, nv + c0, g, out0 + o, out1 + o)
+        t = T - 2
+        while t >= 1:  # rows t and t - 1 together
+            o = t * N + c0
+            _gae_row2(n, r + o, r + o - N, v + o, v + o - N, v + o + N, d + o + N, d + o,
+                      out0 + o + N, g, gl, out0 + o, out1 + o, out0 + o - N, out1 + o - N)
+            t -= 2
+        if t == 0:  # T - 1 rows were even: row 0 is left
+            o = c0
+            _gae_row(n, r + o, v + o, v + o + N, d + o + N, out0 + o + N, g, gl, out0 + o,
+                     out1 + o)
+    else:  # _Tt and _Vt: row by row, each from row t + 1 or, on row T-1, from next_value
+        if kernel_t is _Tt:
+            tr = <const flag_t*>call.truncated
+            nvs = <const floating*>call.next_values
+            k = 1 if nvs == NULL else 0
         else:
-            vn = v + o + N
-            a1 = adv + o + N
-        vf = vn if nvs == NULL else nvs + o
-        _tt_row(n, r + o, v + o, vn, vf, te + o, tr + o, k, a1, g, gl, adv + o, ret + o)
-
-
-cdef void _vt_block(const _Call* call, Py_ssize_t c0, Py_ssize_t c1,
-                    const floating* ftype, const flag_t* ktype) noexcept nogil:
-    cdef Py_ssize_t T = call.T, N = call.N
-    cdef const floating* x = <const floating*>call.rhos
-    cdef bint is_log = call.is_log
-    cdef const floating* r = <const floating*>call.rewards
-    cdef const floating* v = <const floating*>call.values
-    cdef const flag_t* d = <const flag_t*>call.dones
-    cdef const floating* nv = <const floating*>call.next_value
-    cdef floating g = <floating>call.gamma, lam = <floating>call.lam
-    cdef floating rho_bar = <floating>call.rho_bar, c_bar = <floating>call.c_bar
-    cdef floating pg_bar = <floating>call.pg_bar
-    cdef floating* vs = <floating*>call.out0
-    cdef floating* pg = <floating*>call.out1
-    cdef Py_ssize_t t, o, i, n = c1 - c0
-    cdef const flag_t* d1
-    cdef const floating* v1
-    cdef floating* acc1
-    if n <= 0:
-        return
-    for t in range(T - 1, -1, -1):
-        o = t * N + c0
-        if t == T - 1:
-            v1 = nv + c0
-            acc1 = NULL
-            d1 = NULL
-        else:
-            v1 = v + o + N
-            acc1 = vs + o + N
-            d1 = d + o + N
-        _vt_row(n, x + o, is_log, r + o, v + o, v1, d1, acc1,
-                g, lam, rho_bar, c_bar, pg_bar, vs + o, pg + o)
-    # Row 0 still holds vs - values.
-    for i in range(c0, c1):
-        vs[i] = v[i] + vs[i]
+            x = <const floating*>call.rhos
+            is_log = call.is_log
+            lam = <floating>call.lam
+            rho_bar = <floating>call.rho_bar
+            c_bar = <floating>call.c_bar
+            pg_bar = <floating>call.pg_bar
+        for t in range(T - 1, -1, -1):
+            o = t * N + c0
+            if t == T - 1:
+                v1 = nv + c0
+                d1 = NULL
+                a1 = NULL
+            else:
+                v1 = v + o + N
+                d1 = d + o + N
+                a1 = out0 + o + N
+            if kernel_t is _Tt:
+                _tt_row(n, r + o, v + o, v1, v1 if nvs == NULL else nvs + o, d + o, tr + o, k, a1,
+                        g, gl, out0 + o, out1 + o)
+            else:
+                _vt_row(n, x + o, is_log, r + o, v + o, v1, d1, a1, g, lam, rho_bar, c_bar, pg_bar,
+                        out0 + o, out1 + o)
+        if kernel_t is _Vt:
+            # Row 0 still holds vs - values.
+            for i in range(c0, c1):
+                out0[i] = v[i] + out0[i]
 
 
 cdef void _not_done_row(const _Call* call, const floating* ftype, const flag_t* ktype) noexcept nogil:
@@ -446,14 +439,15 @@ cdef inline Py_ssize_t _block_width(Py_ssize_t N, int nthreads) noexcept nogil:
     return (w + 15) // 16 * 16
 
 
-cdef inline void _block(const _Call* call, int kernel, Py_ssize_t c0, Py_ssize_t c1,
-                        const floating* ftype, const flag_t* ktype) noexcept nogil:
+cdef inline void _columns(const _Call* call, int kernel, Py_ssize_t c0, Py_ssize_t c1,
+                          const floating* ftype, const flag_t* ktype) noexcept nogil:
+    """kernel (_GAE, _GAE_TT or _VTRACE) over the columns [c0, c1)."""
     if kernel == _GAE:
-        _gae_block(call, c0, c1, ftype, ktype)
+        _block(call, <const _Gae*>NULL, c0, c1, ftype, ktype)
     elif kernel == _GAE_TT:
-        _tt_block(call, c0, c1, ftype, ktype)
+        _block(call, <const _Tt*>NULL, c0, c1, ftype, ktype)
     else:
-        _vt_block(call, c0, c1, ftype, ktype)
+        _block(call, <const _Vt*>NULL, c0, c1, ftype, ktype)
 
 
 cdef void _run(const _Call* call, int kernel, const floating* ftype,
@@ -465,29 +459,31 @@ cdef void _run(const _Call* call, int kernel, const floating* ftype,
         _not_done_row(call, ftype, ktype)
         return
     if nthreads <= 1:
-        _block(call, kernel, 0, N, ftype, ktype)
+        _columns(call, kernel, 0, N, ftype, ktype)
         return
     w = _block_width(N, nthreads)
     for b in prange(nthreads, num_threads=nthreads, schedule="static"):
-        _block(call, kernel, b * w, min(N, (b + 1) * w), ftype, ktype)
+        _columns(call, kernel, b * w, min(N, (b + 1) * w), ftype, ktype)
 
 
 cdef void _typed(const _Call* call, int kernel, int flag_type) noexcept nogil:
-    """_run specialised for call's float type and flag_type: the one place they are named."""
+    """_run specialised for call's float type and flag_type: the one place the float types
+    are named (_flagged names the flag types)."""
     if call.float_type == DT_F32:
-        if flag_type == DT_U8:
-            _run(call, kernel, <const f32*>NULL, <const u8*>NULL)
-        elif flag_type == DT_F32:
-            _run(call, kernel, <const f32*>NULL, <const f32*>NULL)
-        else:
-            _run(call, kernel, <const f32*>NULL, <const f64*>NULL)
+        _flagged(call, kernel, flag_type, <const f32*>NULL)
     else:
-        if flag_type == DT_U8:
-            _run(call, kernel, <const f64*>NULL, <const u8*>NULL)
-        elif flag_type == DT_F32:
-            _run(call, kernel, <const f64*>NULL, <const f32*>NULL)
-        else:
-            _run(call, kernel, <const f64*>NULL, <const f64*>NULL)
+        _flagged(call, kernel, flag_type, <const f64*>NULL)
+
+
+cdef inline void _flagged(const _Call* call, int kernel, int flag_type,
+                          const floating* ftype) noexcept nogil:
+    """_run specialised for flag_type too."""
+    if flag_type == DT_U8:
+        _run(call, kernel, ftype, <const u8*>NULL)
+    elif flag_type == DT_F32:
+        _run(call, kernel, ftype, <const f32*>NULL)
+    else:
+        _run(call, kernel, ftype, <const f64*>NULL)
 
 
 cdef void _dispatch(const _Call* call) noexcept nogil:
@@ -656,26 +652,93 @@ cdef int _threads(object num_threads, Py_ssize_t size, Py_ssize_t N) except -1:
     return fv_omp_threads(n) if n > 1 else 1  # (1 in a forked child: see _omp.pxd)
 
 
-cdef inline void _init(_Call* c, int kernel, int ft, int nthreads, cnp.ndarray r, cnp.ndarray v,
-                       cnp.ndarray nv, double gamma, double lam, cnp.ndarray out0,
-                       cnp.ndarray out1):
-    """c's fields that every kernel reads; the others NULL or 0 until the caller sets them."""
-    c.kernel = kernel
-    c.float_type = DT_F32 if ft == cnp.NPY_FLOAT32 else DT_F64
-    c.flag_type = c.next_flag_type = DT_U8
-    c.nthreads = nthreads
-    c.T = cnp.PyArray_DIM(r, 0)
-    c.N = cnp.PyArray_DIM(r, 1)
-    c.rewards = cnp.PyArray_DATA(r)
-    c.values = cnp.PyArray_DATA(v)
-    c.next_value = cnp.PyArray_DATA(nv)
-    c.dones = c.truncated = c.next_done = c.next_values = c.rhos = NULL
-    c.is_log = False
-    c.gamma = gamma
-    c.lam = lam
-    c.rho_bar = c.c_bar = c.pg_bar = 0
-    c.out0 = cnp.PyArray_DATA(out0)
-    c.out1 = cnp.PyArray_DATA(out1)
+cdef inline const void* _data(cnp.ndarray a) noexcept:
+    """a's data, or NULL for None."""
+    return NULL if a is None else cnp.PyArray_DATA(a)
+
+
+cdef object _checked_call(int kernel, str fn, rewards, values, flags, truncated, next_value,
+                          next_flags, extra, bint is_log, double gamma, double lam,
+                          double rho_bar, double c_bar, double pg_bar, out, num_threads):
+    """Check and prepare a call's inputs as ``kernel`` reads them, run it, and return its two
+    outputs (``out``, or two new arrays: tensors when ``rewards`` is a torch tensor).
+
+    The entry points' arguments, by role: ``flags`` the dones (terminated for _GAE_TT);
+    ``truncated`` _GAE_TT's (else None); ``next_flags`` next_done (None for _GAE_TT);
+    ``extra`` the other [T, N] floats the kernel reads: _GAE_TT's next_values (None when not
+    given), V-trace's ratios or (``is_log``) their logs (None: not exactly one was given).
+    Inputs are checked in the order of the entry point's arguments.
+    """
+    cdef bint tt = kernel == _GAE_TT, vt = kernel == _VTRACE
+    cdef str flags_name = "terminated" if tt else "dones"
+    cdef str extra_name = "next_values" if tt else "log_rhos" if is_log else "rhos"
+    cdef cnp.ndarray r = _arr(rewards), v = _arr(values), nv = _arr(next_value)
+    cdef cnp.ndarray d = _arr(flags), tr = None, nf = None, x = None, o0, o1
+    cdef int ft, dk = 0, trk = 0, nfk = 0
+    cdef Py_ssize_t T, N
+    cdef _Call c
+    if tt:
+        tr = _arr(truncated)
+    else:
+        nf = _arr(next_flags)
+    if vt:
+        if extra is None:
+            raise TypeError(f"{fn}: pass exactly one of log_rhos= or rhos= "
+                            f"(log of / ratio pi(a|x) / mu(a|x), shape [T, N])")
+        x = _arr(extra)
+    if cnp.PyArray_NDIM(r) != 2:
+        raise ValueError(f"{fn}: rewards must be a 2-D [T, N] array (step-major), "
+                         f"got shape {_shape_str(r)}")
+    T = cnp.PyArray_DIM(r, 0)
+    N = cnp.PyArray_DIM(r, 1)
+    _check_2d(fn, "values", v, T, N)
+    _check_2d(fn, flags_name, d, T, N)
+    if tt:
+        _check_2d(fn, "truncated", tr, T, N)
+    if vt:
+        _check_2d(fn, extra_name, x, T, N)
+    nv = _check_1d(fn, "next_value", nv, N)
+    if nf is not None:
+        nf = _check_1d(fn, "next_done", nf, N)
+    if tt and extra is not None:
+        x = _arr(extra)
+        _check_2d(fn, extra_name, x, T, N)
+    if x is None:
+        ft = _float_type(fn, ("rewards", "values", "next_value"), (r, v, nv))
+    else:
+        ft = _float_type(fn, ("rewards", "values", "next_value", extra_name), (r, v, nv, x))
+        x = _prep_float(fn, extra_name, x, ft)
+    r = _prep_float(fn, "rewards", r, ft)
+    v = _prep_float(fn, "values", v, ft)
+    nv = _prep_float(fn, "next_value", nv, ft)
+    d = _prep_flags(fn, flags_name, d, ft, &dk)
+    if tt:
+        tr = _prep_flags(fn, "truncated", tr, ft, &trk)
+        if trk != dk:  # one kernel reads both with the same element type: convert to a float one
+            if dk == DT_U8:
+                d = np.ascontiguousarray(d, dtype=tr.dtype)
+                dk = trk
+            else:
+                tr = np.ascontiguousarray(tr, dtype=d.dtype)
+    else:
+        nf = _prep_flags(fn, "next_done", nf, ft, &nfk)
+    result, o0, o1 = _outputs(fn, ("vs", "pg_advantages") if vt else ("advantages", "returns"),
+                              out, ft, T, N, (r, v, nv, d, tr, nf, x), rewards)
+    if T == 0 or N == 0:
+        return result
+    c = _Call(
+        kernel=kernel, float_type=DT_F32 if ft == cnp.NPY_FLOAT32 else DT_F64, flag_type=dk,
+        next_flag_type=nfk,
+        # (exp() makes V-trace compute-bound: threads pay from smaller calls)
+        nthreads=_threads(num_threads, T * N * 4 if vt else T * N, N),
+        T=T, N=N, rewards=cnp.PyArray_DATA(r), values=cnp.PyArray_DATA(v),
+        dones=cnp.PyArray_DATA(d), truncated=_data(tr), next_value=cnp.PyArray_DATA(nv),
+        next_done=_data(nf), next_values=_data(x if tt else None),
+        rhos=_data(x if vt else None), is_log=is_log,
+        gamma=gamma, lam=lam, rho_bar=rho_bar, c_bar=c_bar, pg_bar=pg_bar,
+        out0=cnp.PyArray_DATA(o0), out1=cnp.PyArray_DATA(o1))
+    _call(&c)
+    return result
 
 
 # ----------------------------------------------------------------------------
@@ -685,137 +748,25 @@ cdef inline void _init(_Call* c, int kernel, int ft, int nthreads, cnp.ndarray r
 def gae_next_done(rewards, values, dones, next_value, next_done,
                   double gamma, double gae_lambda, out=None, num_threads=None):
     """GAE with CleanRL's convention; see fastvec.advantages.gae."""
-    cdef str fn = "gae"
-    cdef cnp.ndarray r = _arr(rewards), v = _arr(values), nv = _arr(next_value)
-    cdef cnp.ndarray d = _arr(dones), nd = _arr(next_done), adv, ret
-    cdef int ft, dk = 0, ndk = 0
-    cdef Py_ssize_t T, N
-    cdef _Call c
-    if cnp.PyArray_NDIM(r) != 2:
-        raise ValueError(f"{fn}: rewards must be a 2-D [T, N] array (step-major), "
-                         f"got shape {_shape_str(r)}")
-    T = cnp.PyArray_DIM(r, 0)
-    N = cnp.PyArray_DIM(r, 1)
-    _check_2d(fn, "values", v, T, N)
-    _check_2d(fn, "dones", d, T, N)
-    nv = _check_1d(fn, "next_value", nv, N)
-    nd = _check_1d(fn, "next_done", nd, N)
-    ft = _float_type(fn, ("rewards", "values", "next_value"), (r, v, nv))
-    r = _prep_float(fn, "rewards", r, ft)
-    v = _prep_float(fn, "values", v, ft)
-    nv = _prep_float(fn, "next_value", nv, ft)
-    d = _prep_flags(fn, "dones", d, ft, &dk)
-    nd = _prep_flags(fn, "next_done", nd, ft, &ndk)
-    result, adv, ret = _outputs(fn, ("advantages", "returns"), out, ft, T, N,
-                                (r, v, nv, d, nd), rewards)
-    if T == 0 or N == 0:
-        return result
-    _init(&c, _GAE, ft, _threads(num_threads, T * N, N), r, v, nv, gamma, gae_lambda, adv, ret)
-    c.flag_type = dk
-    c.dones = cnp.PyArray_DATA(d)
-    c.next_flag_type = ndk
-    c.next_done = cnp.PyArray_DATA(nd)
-    _call(&c)
-    return result
+    return _checked_call(_GAE, "gae", rewards, values, dones, None, next_value, next_done, None,
+                         False, gamma, gae_lambda, 0, 0, 0, out, num_threads)
 
 
 def gae_terminated_truncated(rewards, values, terminated, truncated, next_value, next_values,
                              double gamma, double gae_lambda, out=None, num_threads=None):
     """GAE with separate terminated/truncated flags; see fastvec.advantages."""
-    cdef str fn = "gae_terminated_truncated"
-    cdef cnp.ndarray r = _arr(rewards), v = _arr(values), nv = _arr(next_value)
-    cdef cnp.ndarray te = _arr(terminated), tr = _arr(truncated), nvs = None, adv, ret
-    cdef int ft, tek = 0, trk = 0
-    cdef Py_ssize_t T, N
-    cdef _Call c
-    if cnp.PyArray_NDIM(r) != 2:
-        raise ValueError(f"{fn}: rewards must be a 2-D [T, N] array (step-major), "
-                         f"got shape {_shape_str(r)}")
-    T = cnp.PyArray_DIM(r, 0)
-    N = cnp.PyArray_DIM(r, 1)
-    _check_2d(fn, "values", v, T, N)
-    _check_2d(fn, "terminated", te, T, N)
-    _check_2d(fn, "truncated", tr, T, N)
-    nv = _check_1d(fn, "next_value", nv, N)
-    if next_values is not None:
-        nvs = _arr(next_values)
-        _check_2d(fn, "next_values", nvs, T, N)
-        ft = _float_type(fn, ("rewards", "values", "next_value", "next_values"), (r, v, nv, nvs))
-        nvs = _prep_float(fn, "next_values", nvs, ft)
-    else:
-        ft = _float_type(fn, ("rewards", "values", "next_value"), (r, v, nv))
-    r = _prep_float(fn, "rewards", r, ft)
-    v = _prep_float(fn, "values", v, ft)
-    nv = _prep_float(fn, "next_value", nv, ft)
-    te = _prep_flags(fn, "terminated", te, ft, &tek)
-    tr = _prep_flags(fn, "truncated", tr, ft, &trk)
-    if trk != tek:  # one kernel reads both with the same element type: convert to a float one
-        if tek == DT_U8:
-            te = np.ascontiguousarray(te, dtype=tr.dtype)
-            tek = trk
-        else:
-            tr = np.ascontiguousarray(tr, dtype=te.dtype)
-    result, adv, ret = _outputs(fn, ("advantages", "returns"), out, ft, T, N,
-                                (r, v, nv, te, tr, nvs), rewards)
-    if T == 0 or N == 0:
-        return result
-    _init(&c, _GAE_TT, ft, _threads(num_threads, T * N, N), r, v, nv, gamma, gae_lambda, adv, ret)
-    c.flag_type = tek
-    c.dones = cnp.PyArray_DATA(te)
-    c.truncated = cnp.PyArray_DATA(tr)
-    if nvs is not None:
-        c.next_values = cnp.PyArray_DATA(nvs)
-    _call(&c)
-    return result
+    return _checked_call(_GAE_TT, "gae_terminated_truncated", rewards, values, terminated,
+                         truncated, next_value, None, next_values, False, gamma, gae_lambda,
+                         0, 0, 0, out, num_threads)
 
 
 def vtrace(rewards, values, dones, next_value, next_done, log_rhos, rhos,
            double gamma, double rho_bar, double c_bar, double pg_rho_bar, double lambda_,
            out=None, num_threads=None):
     """V-trace targets with CleanRL's done convention; see fastvec.advantages.vtrace."""
-    cdef str fn = "vtrace"
-    cdef cnp.ndarray r = _arr(rewards), v = _arr(values), nv = _arr(next_value)
-    cdef cnp.ndarray d = _arr(dones), nd = _arr(next_done), x, vs, pg
-    cdef int ft, dk = 0, ndk = 0
-    cdef bint is_log = log_rhos is not None
-    cdef Py_ssize_t T, N
-    cdef _Call c
-    if (log_rhos is None) == (rhos is None):
-        raise TypeError(f"{fn}: pass exactly one of log_rhos= or rhos= "
-                        f"(log of / ratio pi(a|x) / mu(a|x), shape [T, N])")
-    x = _arr(log_rhos if is_log else rhos)
-    if cnp.PyArray_NDIM(r) != 2:
-        raise ValueError(f"{fn}: rewards must be a 2-D [T, N] array (step-major), "
-                         f"got shape {_shape_str(r)}")
-    T = cnp.PyArray_DIM(r, 0)
-    N = cnp.PyArray_DIM(r, 1)
-    _check_2d(fn, "values", v, T, N)
-    _check_2d(fn, "dones", d, T, N)
-    _check_2d(fn, "log_rhos" if is_log else "rhos", x, T, N)
-    nv = _check_1d(fn, "next_value", nv, N)
-    nd = _check_1d(fn, "next_done", nd, N)
-    ft = _float_type(fn, ("rewards", "values", "next_value", "log_rhos" if is_log else "rhos"),
-                     (r, v, nv, x))
-    r = _prep_float(fn, "rewards", r, ft)
-    v = _prep_float(fn, "values", v, ft)
-    nv = _prep_float(fn, "next_value", nv, ft)
-    x = _prep_float(fn, "log_rhos" if is_log else "rhos", x, ft)
-    d = _prep_flags(fn, "dones", d, ft, &dk)
-    nd = _prep_flags(fn, "next_done", nd, ft, &ndk)
-    result, vs, pg = _outputs(fn, ("vs", "pg_advantages"), out, ft, T, N,
-                              (r, v, nv, d, nd, x), rewards)
-    if T == 0 or N == 0:
-        return result
-    _init(&c, _VTRACE, ft, _threads(num_threads, T * N * 4, N),  # exp() makes it compute-bound
-          r, v, nv, gamma, lambda_, vs, pg)
-    c.flag_type = dk
-    c.dones = cnp.PyArray_DATA(d)
-    c.next_flag_type = ndk
-    c.next_done = cnp.PyArray_DATA(nd)
-    c.rhos = cnp.PyArray_DATA(x)
-    c.is_log = is_log
-    c.rho_bar = rho_bar
-    c.c_bar = c_bar
-    c.pg_bar = pg_rho_bar
-    _call(&c)
-    return result
+    cdef object ratios = None   # exactly one of log_rhos and rhos, or None
+    if (log_rhos is None) != (rhos is None):
+        ratios = rhos if log_rhos is None else log_rhos
+    return _checked_call(_VTRACE, "vtrace", rewards, values, dones, None, next_value, next_done,
+                         ratios, log_rhos is not None, gamma, lambda_, rho_bar, c_bar,
+                         pg_rho_bar, out, num_threads)
