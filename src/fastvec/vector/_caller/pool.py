@@ -358,17 +358,17 @@ class WorkerPool(PoolFaults):
                 warn_slow_settings_once(**self._settings)
                 self._settings = None
         # On a contended host (and always with wait="block", which uses a core only while it
-        # has work on it) the runtimes are throttled; on a contended one neither parked (a parked thread
-        # queued behind other work holds the step up) nor released (the trainer's next region
-        # would start its threads again, each waiting for a core the other work holds: the
-        # forward passes between steps took several times as long).
+        # has work on it) the runtimes are throttled; on a contended one neither parked (a
+        # parked thread queued behind other work holds the step up) nor released (the trainer's
+        # next region would start its threads again, each waiting for a core the other work
+        # holds: the forward passes between steps took several times as long).
         if self.openmp is not None:
             self.openmp.throttle(self.waits.contended or not self.waits.settings.adaptive)
-        if self.openmp is not None and not self.waits.contended:
-            if self.waits.release_before_step(wall):
-                self.openmp.release(lockstep)
-            else:
-                self.openmp.no_region(lockstep)
+            if not self.waits.contended:
+                if self.waits.release_before_step(wall):
+                    self.openmp.release(lockstep)
+                else:
+                    self.openmp.no_region(lockstep)
 
     def parked_step_runtimes(self) -> np.ndarray | None:
         """The OpenMP runtimes a lockstep step of the workers alone (no caller's share) should

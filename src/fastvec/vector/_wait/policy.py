@@ -23,8 +23,9 @@ Users choose among three policies with ``FastVectorEnv(wait=...)``:
   between most steps and leaving the region stays cheaper than starting the threads again.
 - ``"release"``: the same, but the OpenMP threads are only ever released, never parked.
 - ``"block"``: every wait blocks after its shortest spin, workers included; the OpenMP
-  threads are released, and throttled (:mod:`.openmp`) whether or not the host is contended. For a host shared with other jobs (a sweep of trainers, a CPU
-  quota): fastvec then uses a core only while it has work on it.
+  threads are released, and throttled (:mod:`.openmp`) whether or not the host is contended.
+  For a host shared with other jobs (a sweep of trainers, a CPU quota): fastvec then uses a
+  core only while it has work on it.
 """
 from __future__ import annotations
 
