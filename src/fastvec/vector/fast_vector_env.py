@@ -886,7 +886,7 @@ class FastVectorEnv(WorkerVectorEnv):
         replies, infos_seen = self._pool.wait(drained, timeout, caller)
         # (the replies are read all the same: a worker sends a new info signature or an
         # object part of an observation once, and counts on the caller having it)
-        env_ids = np.concatenate([np.arange(self._starts[w], self._stops[w]) for w in np.flatnonzero(drained)])
+        env_ids = self._env_ids_of(np.flatnonzero(drained))
         infos = self._staging.take_replies(replies, env_ids, infos_seen)
         if self._restarts is not None:
             self._restarts.learn(infos, env_ids)

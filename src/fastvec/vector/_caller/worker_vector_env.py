@@ -265,8 +265,7 @@ class WorkerVectorEnv(VectorEnv):
         """
         if env_ids is None:
             workers = np.flatnonzero(self._ready)
-            env_ids = np.concatenate([np.arange(self._starts[w], self._stops[w]) for w in workers]) \
-                if len(workers) else np.zeros(0, np.int64)
+            env_ids = self._env_ids_of(workers) if len(workers) else np.zeros(0, np.int64)
         env_ids = np.asarray(env_ids)
         if env_ids.ndim != 1 or env_ids.dtype.kind not in "iu" or len(env_ids) == 0:
             raise ValueError(f"env_ids must be a non-empty 1-D integer array, got {env_ids!r}")
@@ -297,8 +296,12 @@ class WorkerVectorEnv(VectorEnv):
         first, last = got[0], got[-1]
         if got == list(range(first, last + 1)):
             return np.arange(self._starts[first], self._stops[last]), slice(self._starts[first], self._stops[last])
-        env_ids = np.concatenate([np.arange(self._starts[k], self._stops[k]) for k in got])
+        env_ids = self._env_ids_of(got)
         return env_ids, env_ids
+
+    def _env_ids_of(self, workers) -> np.ndarray:
+        """The ids of the envs of ``workers`` (at least one), worker by worker in their order."""
+        return np.concatenate([np.arange(self._starts[w], self._stops[w]) for w in workers])
 
     @staticmethod
     def _step_rows(rows: slice | np.ndarray, rewards: np.ndarray, terminations: np.ndarray,
