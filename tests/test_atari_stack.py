@@ -25,7 +25,7 @@ from gymnasium.wrappers import (  # noqa: E402
     TimeLimit,
 )
 
-from fastvec.atari import CompiledAtariEnv, compile_stack  # noqa: E402
+from fastvec.atari import CompiledAtariEnv, _palette, compile_stack  # noqa: E402
 from helpers import StepInto  # noqa: E402
 
 gym.register_envs(ale_py)
@@ -89,8 +89,16 @@ def _parity(make, steps, seed=0, min_ends=1, min_losses=0):
     compiled_env, reason = compile_stack(make())
     assert reason is None, reason
     assert isinstance(compiled_env, CompiledAtariEnv)
+    core = compiled_env._core
+    grayscale = python_env.get_wrapper_attr("grayscale_obs")
+    # grayscale screens come from the learned palette wherever its kernel beats ALE's loop
+    assert core.screen_conversion == (
+        f"learned palette ({_palette.isa()})" if grayscale and _palette.faster_than_ale() else "ALE")
     ends, losses = _drive(python_env, compiled_env, steps, seed, reseed_at=steps // 2)
     assert ends >= min_ends and losses >= min_losses, (ends, losses)
+    if core.palette is not None:
+        # each screen left to ALE taught the palette an index: no screen is converted twice
+        assert core.palette.consistent and core.palette.misses <= len(core.palette.learned), core.palette.misses
     python_env.close()
     compiled_env.close()
 
@@ -130,6 +138,25 @@ PARITY = {
 def test_parity(case):
     _, make, steps, min_ends, min_losses = PARITY[case]
     _parity(make, steps, seed=7, min_ends=min_ends, min_losses=min_losses)
+
+
+@pytest.mark.parametrize("case", ["pong-default-stack4", "breakout-life-loss-stack4", "mspacman-screen64-skip3"])
+def test_parity_with_ales_conversion(case):
+    """The same outputs with every screen converted by ALE (the plain kernel is not used)."""
+    _, make, steps, min_ends, min_losses = PARITY[case]
+    try:
+        _palette.set_isa(0)
+        _parity(make, steps // 2, seed=11, min_ends=0, min_losses=0)
+    finally:
+        _palette.set_isa(None)
+
+
+def test_colour_averaging_leaves_the_screens_to_ale():
+    """ALE's colour averaging blends frames, so a pixel's level is not its index's alone."""
+    env = _make("Pong", stack=4)()
+    env.unwrapped.ale.setBool("color_averaging", True)
+    compiled, reason = compile_stack(env)
+    assert reason is None and compiled._core.screen_conversion == "ALE"
 
 
 @pytest.mark.parametrize("case", ["breakout-life-loss-stack4", "breakout-scale-newaxis-stack3",

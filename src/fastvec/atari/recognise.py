@@ -294,7 +294,7 @@ def _compile_preprocessing(env: gym.Env, chain: list[gym.Wrapper], i: int,
         )
     except (ValueError, TypeError) as e:
         return env, f"{names} not compiled: {e}"
-    description += _over(base)
+    description += _over(base) + f"; screens converted by {core.screen_conversion}"
     return _replace(env, chain, top_index, CompiledAtariEnv(core, chain[top_index], ap.env, description, names))
 
 
