@@ -29,7 +29,7 @@ from gymnasium.wrappers import (  # noqa: E402
     ResizeObservation,
 )
 
-from fastvec.atari import CompiledAtariEnv, compile_stack  # noqa: E402
+from fastvec.atari import CompiledAtariEnv, _palette, compile_stack  # noqa: E402
 from fastvec.atari._resize import area_resize  # noqa: E402
 from fastvec.atari._sb3 import gray_cv, gray_planes, rgb_planes, rgb_simd  # noqa: E402
 from helpers import StepInto, assert_same  # noqa: E402
@@ -149,11 +149,24 @@ def _parity(make, steps, seed=0, min_ends=1, min_games=0, expect=None):
     if expect is not None:
         assert compiled_env.get_wrapper_attr("compiled_atari").startswith(expect), \
             compiled_env.get_wrapper_attr("compiled_atari")
+    core = _core(compiled_env)
+    # CleanRL's resize + grayscale takes its planes from the learned palettes where the kernel beats ALE's loop
+    resized_gray = "ResizeObservation" in compiled_env.get_wrapper_attr("compiled_atari")
+    assert core.screen_conversion == (
+        f"learned palette ({_palette.isa()})" if resized_gray and _palette.faster_than_ale() else "ALE")
     ends, games, _ = _drive(python_env, compiled_env, steps, seed, reseed_at=steps // 2)
     assert ends >= min_ends and games >= min_games, (ends, games)
     assert _state(compiled_env) == _state(python_env)
+    assert core.screen_conversion.startswith("learned") == (resized_gray and _palette.faster_than_ale())
     python_env.close()
     compiled_env.close()
+
+
+def _core(env):
+    """The compiled core under env's Python wrappers."""
+    while not isinstance(env, CompiledAtariEnv):
+        env = env.env
+    return env._core
 
 
 CLEANRL = ("RecordEpisodeStatistics + NoopResetEnv(noop_max=30) + MaxAndSkipEnv(skip=4) + EpisodicLifeEnv + "
@@ -217,6 +230,17 @@ PARITY = {
 def test_parity(case):
     make, steps, min_ends, min_games, expect = PARITY[case]
     _parity(make, steps, seed=7, min_ends=min_ends, min_games=min_games, expect=expect)
+
+
+@pytest.mark.parametrize("case", ["breakout-cleanrl", "qbert-cleanrl", "breakout-skip3-no-fire"])
+def test_parity_with_ales_conversion(case):
+    """The same outputs with every screen ALE's RGB (the plain palette kernel is not used)."""
+    make, steps, *_ = PARITY[case]
+    try:
+        _palette.set_isa(0)
+        _parity(make, steps // 2, seed=11, min_ends=0, min_games=0)
+    finally:
+        _palette.set_isa(None)
 
 
 def test_custom_padding():
