@@ -4,8 +4,8 @@ ALE's ``getScreenGrayscale`` converts the screen that ``getScreen`` returns as p
 pixel by pixel: each level depends on that pixel's index alone. A :class:`ScreenPalette`
 starts empty, learns (index, level) pairs from screens ALE converted, and converts a screen
 whose indices it has all learned itself (``fv_palette.h``: a few vector table lookups per 32
-pixels, about 1.5-4 µs a 210x160 screen where ALE's loop takes about 9). fastvec contains no
-palette (ALE is GPL-2.0): every level comes from the installed ALE.
+pixels, where ALE's loop looks each pixel up in turn; ``docs/atari.md`` has the timings).
+fastvec contains no palette (ALE is GPL-2.0): every level comes from the installed ALE.
 
 Example:
     >>> import numpy as np

@@ -170,11 +170,11 @@ def compile_stack(env: gym.Env) -> tuple[gym.Env, str | None]:
         >>> env = FireResetEnv(EpisodicLifeEnv(MaxAndSkipEnv(NoopResetEnv(env, noop_max=30), skip=4)))
         >>> env = GrayscaleObservation(ResizeObservation(ClipRewardEnv(env), (84, 84)))
         >>> env, reason = compile_stack(FrameStackObservation(env, 4))
-        >>> print(env.compiled_atari)  # doctest: +NORMALIZE_WHITESPACE
+        >>> print(env.compiled_atari)  # doctest: +NORMALIZE_WHITESPACE +ELLIPSIS
         RecordEpisodeStatistics + NoopResetEnv(noop_max=30) + MaxAndSkipEnv(skip=4) + EpisodicLifeEnv +
         FireResetEnv + ClipRewardEnv + ResizeObservation(shape=(84, 84)) + GrayscaleObservation(keep_dim=False)
         + FrameStackObservation(stack_size=4, padding_type='reset') over BreakoutNoFrameskip-v4 (frameskip=1):
-        compiled by fastvec.atari
+        compiled by fastvec.atari; screens converted by ...
         >>> obs, info = env.reset(seed=1)
         >>> obs.shape, info
         ((4, 84, 84), {})
@@ -245,9 +245,11 @@ def _replace(env: gym.Env, chain: list[gym.Wrapper], top_index: int,
     return env, None
 
 
-def _over(base: gym.Env) -> str:
+def _over(base: gym.Env, core: AtariStackCore | SB3StackCore) -> str:
+    """The end of a compiled stack's description: the base env, and who converts its screens."""
     spec_id = base.spec.id if base.spec is not None else f"AtariEnv({base._game!r})"
-    return f" over {spec_id} (frameskip={base._frameskip!r}): compiled by fastvec.atari"
+    return (f" over {spec_id} (frameskip={base._frameskip!r}): compiled by fastvec.atari; "
+            f"screens converted by {core.screen_conversion}")
 
 
 def _frame_stack(fs: FrameStackObservation) -> tuple[int, str, object, object, str] | None:
@@ -294,7 +296,7 @@ def _compile_preprocessing(env: gym.Env, chain: list[gym.Wrapper], i: int,
         )
     except (ValueError, TypeError) as e:
         return env, f"{names} not compiled: {e}"
-    description += _over(base) + f"; screens converted by {core.screen_conversion}"
+    description += _over(base, core)
     return _replace(env, chain, top_index, CompiledAtariEnv(core, chain[top_index], ap.env, description, names))
 
 
@@ -489,6 +491,6 @@ def _compile_sb3(env: gym.Env, chain: list[gym.Wrapper], i: int, base: gym.Env) 
         )
     except (ValueError, TypeError) as e:
         return env, f"{names} not compiled: {e}"
-    description += _over(base)
+    description += _over(base, core)
     return _replace(env, chain, top_index,
                     CompiledAtariEnv(core, chain[top_index], chain[i].env, description, names))
