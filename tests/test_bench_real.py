@@ -104,6 +104,8 @@ def test_table_has_every_row_and_column(capsys):
     assert [r[0] for r in rows] == [w.label for w in real.WORKLOADS if w.ale_game]
     shares = [k for k, c in enumerate(header) if c == "% of emulator"]
     assert shares and all(re.fullmatch(r"\d+\.\d %", row[k]) for row in rows for k in shares), rows
+    # which screen conversion the figures were measured with (it differs by CPU)
+    assert f"fastvec default's Atari screens, on this CPU: {real.atari_screen_conversion()}." in out
 
 
 def test_missing_columns_are_skipped_with_a_reason(capsys, monkeypatch):

@@ -323,6 +323,15 @@ def measure(workload: Workload, num_envs: int, names: Sequence[str], *, transiti
     return rates
 
 
+def atari_screen_conversion() -> str:
+    """Who converts a compiled Atari env's grayscale screens here: the kernel differs by CPU."""
+    from fastvec.atari import _palette
+
+    if _palette.faster_than_ale():
+        return f"from a palette learned off ALE ({_palette.isa()} kernel)"
+    return "ALE's own conversion (no vector kernel for the learned palette on this CPU or build)"
+
+
 def _pct(x: float | None, of: float) -> str:
     # One decimal, so that a share read against a whole-percent target cannot round across it
     # (89.6 % would print as "90 %").
@@ -400,6 +409,7 @@ def run(quick: bool = False, *, sizes: Sequence[int] = SIZES, workloads: Sequenc
         print(f"\n{EMULATOR}: {cores} processes, each driving one game's emulator as the preprocessing does "
               "(ale.act 4 times a step, 1-30 no-ops on reset) with no screen read, no preprocessing and no "
               "vector env, their SPS summed: what no Atari backend can pass on these cores.")
+        print(f"fastvec default's Atari screens, on this CPU: {atari_screen_conversion()}.")
     for name in REFERENCES:
         if name in missing:
             print(f"{name}: skipped, {missing[name]}.")
