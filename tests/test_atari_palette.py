@@ -1,9 +1,9 @@
 """fastvec.atari._palette: a screen's palette indices to ALE's levels, from a learned table.
 
-Every kernel variant (plain C, AVX2, AVX-512 VBMI; the CPU's best where it lacks one) is
-compared with NumPy's table lookup on random tables and screens (every count of learned
-16-index chunks, lengths around the vector widths), and the whole path with ALE's own
-``getScreenGrayscale`` on the screens of several games.
+Every kernel variant (plain C, AVX2, AVX-512 VBMI on 256- and 512-bit vectors; the CPU's best
+where it lacks one) is compared with NumPy's table lookup on random tables and screens (every
+count of learned 16-index chunks, lengths around the vector widths), and the whole path with
+ALE's own ``getScreenGrayscale`` on the screens of several games.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from fastvec.atari import _palette
 from fastvec.atari._palette import ScreenPalette
 
-LEVELS = [0, 1, 2]
+LEVELS = [0, 1, 2, 3]
 LENGTHS = [0, 1, 15, 31, 32, 33, 63, 64, 65, 1000, 33_600, 33_607]
 
 
@@ -103,7 +103,7 @@ def test_isa_selection():
     try:
         assert _palette.set_isa(0) == "plain" and not _palette.faster_than_ale()
         best = _palette.set_isa(None)
-        assert best in ("plain", "avx2", "avx512vbmi")
+        assert best in ("plain", "avx2", "avx512vbmi", "avx512vbmi-512")
         assert _palette.faster_than_ale() == (best != "plain")
         assert _palette.set_isa(99) == best  # a level the CPU lacks: its best
     finally:

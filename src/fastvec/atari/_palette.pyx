@@ -41,12 +41,14 @@ fv_palette_init_isa()
 
 
 def isa():
-    """The kernel variant in use: ``"avx512vbmi"``, ``"avx2"`` or ``"plain"`` (a C loop)."""
+    """The kernel variant in use: ``"avx512vbmi-512"``, ``"avx512vbmi"``, ``"avx2"`` or ``"plain"``
+    (a C loop)."""
     return fv_palette_isa_name(fv_palette_level).decode()
 
 
 def set_isa(level=None):
-    """Pick the kernel variant (for tests): 0 plain C, 1 AVX2, 2 AVX-512 VBMI, None the best.
+    """Pick the kernel variant (for tests): 0 plain C, 1 AVX2, 2 AVX-512 VBMI on 256-bit vectors,
+    3 the same on 512-bit vectors (AMD CPUs only), None the best.
 
     A level the CPU (or the build) lacks falls back to the best it has. Returns the name of the
     variant now in use. Every variant gives the same bytes.

@@ -8,9 +8,11 @@
  * per 32 pixels, and any other one is left to ALE (and learned from).
  *
  * Kernels, chosen at run time on x86 Linux builds (FV_SIMD_DISPATCH):
- * - 2: AVX-512 VBMI on 256-bit vectors: four two-table byte permutes look 32 indices up in all
- *   256 entries. (256-bit, not 512-bit: on several Intel server CPUs, 512-bit instructions
- *   lower the core's clock for a while, and the emulator's scalar code runs right after.)
+ * - 3: AVX-512 VBMI on 512-bit vectors (AMD CPUs only): two two-table byte permutes look 64
+ *   indices up in all 256 entries. AMD's cores run 512-bit instructions at their usual clock;
+ *   several Intel server CPUs lower the core's clock for a while after them, and the
+ *   emulator's scalar code runs right after, so Intel CPUs take level 2.
+ * - 2: AVX-512 VBMI on 256-bit vectors: four two-table byte permutes look 32 indices up.
  * - 1: AVX2: one byte shuffle per 16-index chunk of the table that holds a learned entry (a game
  *   shows a handful of colours, in a few chunks); an index in no such chunk is unlearned.
  * - 0: plain C (about as fast as ALE's own loop: callers use ALE's conversion then).
@@ -33,8 +35,8 @@ typedef struct {
     uint8_t chunk_known[16][16];    /* and their 16 known flags */
 } fv_palette;
 
-/* ISA levels: 0 plain C, 1 AVX2, 2 AVX-512 VBMI (256-bit vectors) */
-static const char *const fv_palette_isa_names[3] = {"plain", "avx2", "avx512vbmi"};
+/* ISA levels: 0 plain C, 1 AVX2, 2 AVX-512 VBMI (256-bit vectors), 3 the same on 512-bit */
+static const char *const fv_palette_isa_names[4] = {"plain", "avx2", "avx512vbmi", "avx512vbmi-512"};
 static int fv_palette_isa_max = 0;
 static int fv_palette_level = 0;
 
@@ -51,14 +53,14 @@ static void fv_palette_init_isa(void) {
         fv_palette_isa_max = 1;
         if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")
                 && __builtin_cpu_supports("avx512vbmi"))
-            fv_palette_isa_max = 2;
+            fv_palette_isa_max = __builtin_cpu_is("amd") ? 3 : 2;
     }
 #endif
     fv_palette_select(-1);
 }
 
 static const char *fv_palette_isa_name(int level) {
-    return fv_palette_isa_names[level < 0 || level > 2 ? 0 : level];
+    return fv_palette_isa_names[level < 0 || level > 3 ? 0 : level];
 }
 
 /* The AVX2 kernel's chunk tables, from level/known. */
@@ -165,12 +167,36 @@ static int fv_palette_map_vbmi(const fv_palette *p, const uint8_t *idx, uint8_t 
     const int ok = _mm256_movemask_epi8(_mm256_cmpeq_epi8(all, _mm256_set1_epi8(-1))) == -1;
     return fv_palette_map_plain(p, idx + i, out + i, n - i) && ok;
 }
+
+__attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512vbmi")))
+static int fv_palette_map_vbmi512(const fv_palette *p, const uint8_t *idx, uint8_t *out, size_t n) {
+    __m512i lev[4], kno[4];
+    for (int q = 0; q < 4; q++) {
+        lev[q] = _mm512_loadu_si512((const void *)(p->level + 64 * q));
+        kno[q] = _mm512_loadu_si512((const void *)(p->known + 64 * q));
+    }
+    __m512i all = _mm512_set1_epi8(-1);
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        const __m512i v = _mm512_loadu_si512((const void *)(idx + i));
+        /* a two-table permute reads an index's low 7 bits: bit 7 picks between two */
+        const __mmask64 b7 = _mm512_movepi8_mask(v);
+        const __m512i g = _mm512_mask_blend_epi8(b7, _mm512_permutex2var_epi8(lev[0], v, lev[1]),
+                                                 _mm512_permutex2var_epi8(lev[2], v, lev[3]));
+        all = _mm512_and_si512(all, _mm512_mask_blend_epi8(b7, _mm512_permutex2var_epi8(kno[0], v, kno[1]),
+                                                           _mm512_permutex2var_epi8(kno[2], v, kno[3])));
+        _mm512_storeu_si512((void *)(out + i), g);
+    }
+    const int ok = _mm512_cmpneq_epi8_mask(all, _mm512_set1_epi8(-1)) == 0;
+    return fv_palette_map_plain(p, idx + i, out + i, n - i) && ok;
+}
 #endif
 
 /* out[i] = the level of idx[i], i < n. Returns 1 when every index was learned (out is ALE's
  * conversion), else 0 (out is not to be used). */
 static int fv_palette_map(const fv_palette *p, const uint8_t *idx, uint8_t *out, size_t n) {
 #if defined(FV_SIMD_DISPATCH)
+    if (fv_palette_level == 3) return fv_palette_map_vbmi512(p, idx, out, n);
     if (fv_palette_level == 2) return fv_palette_map_vbmi(p, idx, out, n);
     if (fv_palette_level == 1) return fv_palette_map_avx2(p, idx, out, n);
 #endif
