@@ -1,6 +1,7 @@
 """Comparison helpers shared by the vector-env tests."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 import time
@@ -140,3 +141,15 @@ class StepInto:
     def close(self):
         assert (self.block[self.row - 1] == 9).all() and (self.block[self.row + 1] == 9).all()
         self.env.close()
+
+
+@contextlib.contextmanager
+def palette_kernel(level: int):
+    """fastvec.atari's learned-palette kernel set to ``level`` for the block (0: the plain loop,
+    which the compiled Atari envs do not use: ALE converts every screen), the CPU's best after."""
+    from fastvec.atari import _palette
+
+    try:
+        yield _palette.set_isa(level)
+    finally:
+        _palette.set_isa(None)

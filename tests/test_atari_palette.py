@@ -14,6 +14,7 @@ import pytest
 
 from fastvec.atari import _palette
 from fastvec.atari._palette import ScreenPalette
+from helpers import palette_kernel
 
 LEVELS = [0, 1, 2, 3]
 LENGTHS = [0, 1, 15, 31, 32, 33, 63, 64, 65, 1000, 33_600, 33_607]
@@ -21,10 +22,8 @@ LENGTHS = [0, 1, 15, 31, 32, 33, 63, 64, 65, 1000, 33_600, 33_607]
 
 @pytest.fixture(params=LEVELS)
 def level(request):
-    try:
-        yield _palette.set_isa(request.param)
-    finally:
-        _palette.set_isa(None)
+    with palette_kernel(request.param) as name:
+        yield name
 
 
 def _random_table(rng, n_known):

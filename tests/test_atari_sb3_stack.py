@@ -32,7 +32,7 @@ from gymnasium.wrappers import (  # noqa: E402
 from fastvec.atari import CompiledAtariEnv, _palette, compile_stack  # noqa: E402
 from fastvec.atari._resize import area_resize  # noqa: E402
 from fastvec.atari._sb3 import gray_cv, gray_planes, rgb_planes, rgb_simd  # noqa: E402
-from helpers import StepInto, assert_same  # noqa: E402
+from helpers import StepInto, assert_same, palette_kernel  # noqa: E402
 
 ClipRewardEnv = atari_wrappers.ClipRewardEnv
 EpisodicLifeEnv = atari_wrappers.EpisodicLifeEnv
@@ -236,11 +236,8 @@ def test_parity(case):
 def test_parity_with_ales_conversion(case):
     """The same outputs with every screen ALE's RGB (the plain palette kernel is not used)."""
     make, steps, *_ = PARITY[case]
-    try:
-        _palette.set_isa(0)
+    with palette_kernel(0):
         _parity(make, steps // 2, seed=11, min_ends=0, min_games=0)
-    finally:
-        _palette.set_isa(None)
 
 
 def test_custom_padding():

@@ -26,7 +26,7 @@ from gymnasium.wrappers import (  # noqa: E402
 )
 
 from fastvec.atari import CompiledAtariEnv, _palette, compile_stack  # noqa: E402
-from helpers import StepInto  # noqa: E402
+from helpers import StepInto, palette_kernel  # noqa: E402
 
 gym.register_envs(ale_py)
 
@@ -143,12 +143,9 @@ def test_parity(case):
 @pytest.mark.parametrize("case", ["pong-default-stack4", "breakout-life-loss-stack4", "mspacman-screen64-skip3"])
 def test_parity_with_ales_conversion(case):
     """The same outputs with every screen converted by ALE (the plain kernel is not used)."""
-    _, make, steps, min_ends, min_losses = PARITY[case]
-    try:
-        _palette.set_isa(0)
+    _, make, steps, *_ = PARITY[case]
+    with palette_kernel(0):
         _parity(make, steps // 2, seed=11, min_ends=0, min_losses=0)
-    finally:
-        _palette.set_isa(None)
 
 
 def test_colour_averaging_leaves_the_screens_to_ale():
