@@ -3,6 +3,15 @@
 from libc.stdint cimport uint8_t
 
 
+cdef class IndexScreen:
+    """An ALE's screens as palette indices (``ale.getScreen``), into a buffer of its own."""
+    cdef object _get_screen, _buffer
+    cdef const uint8_t[::1] _bytes
+
+    # The current screen's indices (height x width bytes, valid until the next grab).
+    cdef const uint8_t* grab(self) except NULL
+
+
 cdef class ScreenPalette:
     """One ALE's index-to-level table (grayscale levels), learned as screens come."""
     cdef void* _table                   # the C table (fv_palette), allocated in __cinit__

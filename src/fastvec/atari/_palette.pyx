@@ -63,10 +63,42 @@ def faster_than_ale():
     return fv_palette_level >= 1
 
 
+def index_screen(ale):
+    """An :class:`IndexScreen` of ``ale`` when its screens are to come from learned palettes,
+    else None (ALE converts them): where the kernel in use beats ALE's loop, and ALE's colour
+    averaging is off (it blends frames, so a pixel's level would not be its index's alone)."""
+    if not faster_than_ale() or ale.getBool("color_averaging"):
+        return None
+    return IndexScreen(ale)
+
+
+def conversion(palette):
+    """Who converts a compiled env's screens, given its palette (None: ALE), as ``compiled_atari``
+    says it: ``"ALE"``, or ``"learned palette (<kernel>)"``."""
+    return "ALE" if palette is None else f"learned palette ({isa()})"
+
+
 cdef const uint8_t[::1] _flat(object array, str what):
     if not isinstance(array, np.ndarray) or array.dtype != np.uint8 or not array.flags.c_contiguous:
         raise TypeError(f"Expected {what} as a C-contiguous uint8 numpy array, got {array!r:.60}")
     return array.reshape(-1)
+
+
+cdef class IndexScreen:
+    """An ALE's screens as palette indices, grabbed into a buffer of its own.
+
+    Args:
+        ale: the ``ALEInterface`` (its ``getScreen`` and ``getScreenDims`` are used).
+    """
+
+    def __init__(self, ale):
+        self._get_screen = ale.getScreen
+        self._buffer = np.zeros(tuple(ale.getScreenDims()), np.uint8)
+        self._bytes = self._buffer.reshape(-1)
+
+    cdef const uint8_t* grab(self) except NULL:
+        self._get_screen(self._buffer)
+        return &self._bytes[0]
 
 
 cdef class ScreenPalette:

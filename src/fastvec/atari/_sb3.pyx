@@ -36,10 +36,10 @@ import numpy as np
 
 cimport cython
 
-from fastvec.atari._palette import faster_than_ale as _palette_faster_than_ale
-from fastvec.atari._palette import isa as _palette_isa
+from fastvec.atari._palette import conversion as _conversion
+from fastvec.atari._palette import index_screen as _index_screen
 
-from fastvec.atari._palette cimport ScreenPalette
+from fastvec.atari._palette cimport IndexScreen, ScreenPalette
 from fastvec.atari._resize cimport AreaResize
 from fastvec.atari._stack cimport AleDriver, check_out, fill_slots, frame_ring, max_pool, pixel_t, unroll_ring
 
@@ -139,11 +139,10 @@ cdef class SB3StackCore:
     cdef AreaResize _area
     # the learned palette's path (OBS_RESIZE_GRAY only; _red None: ALE's RGB screens)
     cdef ScreenPalette _red, _green, _blue
-    cdef object _grab_index, _idx
-    cdef pixel_t[::1] _idx_v
+    cdef IndexScreen _indices           # the screens' palette indices
     cdef object _mplanes                # MaxAndSkipEnv's two frames as channel planes (2, 3, h, w)
     cdef pixel_t[:, :, :, ::1] _mplanes_v
-    cdef bint _fresh0, _fresh1          # _mplanes[k] holds buffer k's frame (else its RGB buffer does)
+    cdef bint _fresh[2]                 # _mplanes[k] holds buffer k's frame (else its RGB buffer does)
     cdef int _mode                      # OBS_*
     cdef tuple _screen_shape, _frame_shape, _stack_shape
     cdef Py_ssize_t _frame_n
@@ -223,17 +222,15 @@ cdef class SB3StackCore:
             self._small = np.zeros((3, h, w), np.uint8)
             self._planes_v, self._small_v = self._planes, self._small
             self._frame_shape = (h, w, 1) if keep_dim or self._mode == OBS_WARP else (h, w)
+            # each pixel's channels are its palette index's: learned, then looked up
+            # (fastvec.atari._palette), where that applies
+            self._indices = _index_screen(ale) if self._mode == OBS_RESIZE_GRAY else None
             self._red = None
-            if self._mode == OBS_RESIZE_GRAY and _palette_faster_than_ale() and not ale.getBool("color_averaging"):
-                # each pixel's channels are its palette index's (ALE's colour averaging, which
-                # blends frames, would not be): learned, then looked up (fastvec.atari._palette)
+            if self._indices is not None:
                 self._red, self._green, self._blue = ScreenPalette(), ScreenPalette(), ScreenPalette()
-                self._grab_index = ale.getScreen
-                self._idx = np.zeros((height, width), np.uint8)
-                self._idx_v = _flat_bytes(self._idx)
                 self._mplanes = np.zeros((2, 3, height, width), np.uint8)
                 self._mplanes_v = self._mplanes
-                self._fresh0 = self._fresh1 = False
+                self._fresh[0] = self._fresh[1] = False
             self._frame_n = h * w
             self._padding, self._ring, self._pad = frame_ring(stack_size, self._frame_shape, np.uint8, padding,
                                                               padding_value, queue)
@@ -422,14 +419,13 @@ cdef class SB3StackCore:
     @property
     def screen_conversion(self):
         """Who converts the screens: ``"ALE"``, or ``"learned palette (<kernel>)"``."""
-        return "ALE" if self._red is None else f"learned palette ({_palette_isa()})"
+        return _conversion(self._red)
 
     cdef void _grab_planes(self, pixel_t* planes, object rgb, pixel_t* rgb_bytes) except *:  # OUT
         """The screen's three channel planes (``planes``: 3 x h x w), from the learned palette;
         where it lacks an index, ALE's RGB screen into ``rgb`` (learned from)."""
         cdef Py_ssize_t n = self._screen_n
-        cdef pixel_t* idx = &self._idx_v[0]
-        self._grab_index(self._idx)
+        cdef const pixel_t* idx = self._indices.grab()
         if (self._red.map_into(idx, planes, n) and self._green.map_into(idx, planes + n, n)
                 and self._blue.map_into(idx, planes + 2 * n, n)):
             return
@@ -439,22 +435,19 @@ cdef class SB3StackCore:
                 or self._blue.learn(idx, planes + 2 * n, n)):
             self._red = None  # a level not its index's alone: ALE converts from now on
 
+    cdef pixel_t* _buffer_bytes(self, int k) noexcept:
+        """MaxAndSkipEnv's buffer ``k``'s bytes (interleaved RGB)."""
+        return &self._m0[0] if k == 0 else &self._m1[0]
+
     cdef void _grab_buffer(self, int k) except *:
         """MaxAndSkipEnv's grab into its buffer ``k``: the RGB buffer, or the core's planes."""
         buffer = self._mbuf0 if k == 0 else self._mbuf1
         if self._red is None:
             self._grab(buffer)
-            if k == 0:
-                self._fresh0 = False
-            else:
-                self._fresh1 = False
-            return
-        if k == 0:
-            self._grab_planes(&self._mplanes_v[0, 0, 0, 0], buffer, &self._m0[0])
-            self._fresh0 = True
+            self._fresh[k] = False
         else:
-            self._grab_planes(&self._mplanes_v[1, 0, 0, 0], buffer, &self._m1[0])
-            self._fresh1 = True
+            self._grab_planes(&self._mplanes_v[k, 0, 0, 0], buffer, self._buffer_bytes(k))
+            self._fresh[k] = True
 
     cdef void _emit_screen(self) except *:
         """The current screen becomes the observation's source."""
@@ -471,15 +464,13 @@ cdef class SB3StackCore:
     cdef void _emit_pooled(self) noexcept:
         """MaxAndSkipEnv's max over its two buffers becomes the observation's source."""
         cdef Py_ssize_t n = self._screen_n
+        cdef int k
         if self._mplanes is not None:  # the frames' planes (split from a buffer not grabbed since)
-            if not self._fresh0:
-                fv_rgb_planes(&self._m0[0], NULL, n, &self._mplanes_v[0, 0, 0, 0], &self._mplanes_v[0, 1, 0, 0],
-                              &self._mplanes_v[0, 2, 0, 0])
-                self._fresh0 = True
-            if not self._fresh1:
-                fv_rgb_planes(&self._m1[0], NULL, n, &self._mplanes_v[1, 0, 0, 0], &self._mplanes_v[1, 1, 0, 0],
-                              &self._mplanes_v[1, 2, 0, 0])
-                self._fresh1 = True
+            for k in range(2):
+                if not self._fresh[k]:
+                    fv_rgb_planes(self._buffer_bytes(k), NULL, n, &self._mplanes_v[k, 0, 0, 0],
+                                  &self._mplanes_v[k, 1, 0, 0], &self._mplanes_v[k, 2, 0, 0])
+                    self._fresh[k] = True
             max_pool(&self._mplanes_v[0, 0, 0, 0], &self._mplanes_v[1, 0, 0, 0], &self._planes_v[0, 0, 0], 3 * n)
         elif self._mode == OBS_RESIZE_GRAY:
             fv_rgb_planes(&self._m0[0], &self._m1[0], self._screen_n,

@@ -14,11 +14,11 @@ import numpy as np
 
 cimport cython
 
-from fastvec.atari._palette cimport ScreenPalette
+from fastvec.atari._palette cimport IndexScreen, ScreenPalette
 from fastvec.atari._resize cimport AreaResize
 
-from fastvec.atari._palette import faster_than_ale as _palette_faster_than_ale
-from fastvec.atari._palette import isa as _palette_isa
+from fastvec.atari._palette import conversion as _conversion
+from fastvec.atari._palette import index_screen as _index_screen
 from fastvec.atari._resize import unsupported as _area_unsupported
 
 
@@ -183,8 +183,7 @@ cdef class AtariStackCore:
     cdef object _resize, _area, _size
     cdef AreaResize _area_plan           # the compiled INTER_AREA (None: cv2.resize)
     cdef readonly ScreenPalette palette  # grayscale screens from a learned palette (None: ALE's)
-    cdef object _grab_index, _idx        # ale.getScreen and its buffer (palette indices)
-    cdef pixel_t[::1] _idx_flat
+    cdef IndexScreen _indices            # the screens' palette indices (with a palette)
     cdef const pixel_t[:, ::1] _b0_2d    # buf0 as the kernel reads it (grayscale only)
     cdef readonly int frame_skip, noop_max, stack_size
     cdef readonly bint terminal_on_life_loss, grayscale_obs, grayscale_newaxis, scale_obs
@@ -236,15 +235,10 @@ cdef class AtariStackCore:
         self.buf0, self.buf1 = buffers
         self._b0, self._b1 = _flat_bytes(self.buf0), _flat_bytes(self.buf1)
         self._screen_n = self.buf0.size
-        self.palette = None
-        if grayscale_obs and _palette_faster_than_ale() and not ale.getBool("color_averaging"):
-            # ALE's grayscale is its palette's level of each pixel's index: learned from ALE's
-            # own conversions, then looked up here (see fastvec.atari._palette). ALE's colour
-            # averaging blends frames, so with it on every screen is ALE's.
-            self.palette = ScreenPalette()
-            self._grab_index = ale.getScreen
-            self._idx = np.zeros((height, width), np.uint8)
-            self._idx_flat = _flat_bytes(self._idx)
+        # ALE's grayscale is its palette's level of each pixel's index: learned from ALE's own
+        # conversions, then looked up here (fastvec.atari._palette), where that applies
+        self._indices = _index_screen(ale) if grayscale_obs else None
+        self.palette = None if self._indices is None else ScreenPalette()
 
         self._size = tuple(screen_size)
         self._area_plan = None
@@ -283,7 +277,7 @@ cdef class AtariStackCore:
     @property
     def screen_conversion(self):
         """Who converts the screens: ``"ALE"``, or ``"learned palette (<kernel>)"``."""
-        return "ALE" if self.palette is None else f"learned palette ({_palette_isa()})"
+        return _conversion(self.palette)
 
     # -- observation ------------------------------------------------------------------------
 
@@ -294,12 +288,13 @@ cdef class AtariStackCore:
         conversion, learned from (a contradiction drops the palette for good).
         """
         cdef ScreenPalette palette = self.palette
+        cdef const pixel_t* idx = NULL
         if palette is not None:
-            self._grab_index(self._idx)
-            if palette.map_into(&self._idx_flat[0], flat, self._screen_n):
+            idx = self._indices.grab()
+            if palette.map_into(idx, flat, self._screen_n):
                 return
         self._grab(buf)
-        if palette is not None and palette.learn(&self._idx_flat[0], flat, self._screen_n) != 0:
+        if palette is not None and palette.learn(idx, flat, self._screen_n) != 0:
             self.palette = None
 
     cdef object _frame(self, object out):
