@@ -188,6 +188,44 @@ def test_ale_screens(game, best_isa):
             f"{game} -> {dst_shape}: {int((ref != out).any(axis=(1, 2)).sum())} of {len(frames)} frames differ")
 
 
+def _edited_frames(rng, count, shape):
+    """Frames that each differ from the one before as consecutive game frames do: in a few
+    pixels (a row's first or last byte among them), not at all, or entirely."""
+    frame = _kinds(rng, 1, shape)[0]
+    h, w = shape
+    for _ in range(count):
+        kind = rng.integers(0, 10)
+        frame = frame.copy()
+        if kind == 0:
+            frame = _kinds(rng, 1, shape)[0]
+        elif kind < 8:  # (kind 8, 9: unchanged)
+            for _ in range(rng.integers(1, 4)):
+                y = int(rng.integers(0, h))
+                x = int(rng.choice([0, w - 1, int(rng.integers(0, w))]))
+                frame[y, x] ^= np.uint8(rng.integers(1, 256))
+        yield frame
+
+
+@pytest.mark.parametrize("shape,dst_shape", [(SCREEN, (84, 84)), (SCREEN, (64, 84)), ((100, 37), (33, 20))])
+@pytest.mark.parametrize("level", [0, 1, 2])
+def test_consecutive_frames_reuse_the_last_run(shape, dst_shape, level):
+    """One plan over a stream of frames that differ in a few pixels, in none, or in all (the
+    plan reuses the unchanged rows of its last run): every result equals OpenCV's, and each
+    call writes the whole destination, a new array each time."""
+    rng = np.random.default_rng(level + shape[0] + dst_shape[0])
+    try:
+        _resize.set_isa(level)
+        plan = AreaResize(shape, dst_shape)
+        for i, frame in enumerate(_edited_frames(rng, 3_000, shape)):
+            out = np.full(dst_shape, 0xAB, np.uint8)
+            plan.resize(frame, out)
+            ref = _cv(frame, dst_shape)
+            assert np.array_equal(ref, out), (
+                f"frame {i}, isa {_resize.isa()}: {int((ref != out).sum())} pixels differ from OpenCV's")
+    finally:
+        _resize.set_isa(None)
+
+
 def test_area_resize_function():
     """area_resize: returns dst, keeps one plan per shape pair (built on first use)."""
     rng = np.random.default_rng(7)

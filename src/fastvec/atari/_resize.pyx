@@ -21,7 +21,10 @@ How OpenCV computes it (``resizeArea_`` with ``WT=float``; reimplemented here, n
 The kernel does exactly those float operations in that order for every output pixel (adding
 ``0 + p`` is exact, and a padding tap adds ``+0.0``, which changes nothing), so its results are
 OpenCV's. It computes each used source row's horizontal sums once (OpenCV twice for a row shared
-by two destination rows: the same numbers), and gathers a row's pixels with byte shuffles
+by two destination rows: the same numbers), and keeps them, with the source and the result, until
+the next call: there, a source row equal to the last one's keeps its sums, and a destination row
+whose source rows all did keeps its bytes (consecutive frames of a game differ in a few rows; the
+numbers are the ones a full computation gives). It gathers a row's pixels with byte shuffles
 (SSSE3, or AVX2 8 outputs at a time) chosen at import from the CPU; elsewhere (Windows, macOS,
 non-x86, FASTVEC_NO_DISPATCH=1) a plain C loop of the same arithmetic runs. Float contraction
 (a*b+c fused into one FMA, which rounds once and would change results) is switched off for
@@ -37,7 +40,7 @@ import numpy as np
 
 cdef extern from "fv_area_resize.h":
     ctypedef struct fv_area_plan:
-        int sw, sh, dw, dh, kx, hw, ring_mask, simd_ok, ky
+        int sw, sh, dw, dh, kx, hw, simd_ok, ky
         const int32_t* xbase
         const int32_t* xn
         const float* xw
@@ -47,14 +50,17 @@ cdef extern from "fv_area_resize.h":
         const int32_t* woff
         const uint8_t* masks
         const float* xwv
-        float* ring
-        uint8_t* row8
+        int valid, valid_level
+        uint8_t* last_src
+        float* sums
+        uint8_t* last_dst
+        uint8_t* row_changed
     void fv_area_init() noexcept nogil
     int fv_area_select(int level) noexcept nogil
     const char* fv_area_isa_name(int level) noexcept nogil
     int fv_area_isa_max
     int fv_area_level
-    void fv_area_run(const fv_area_plan* p, const uint8_t* src, Py_ssize_t sstep,
+    void fv_area_run(fv_area_plan* p, const uint8_t* src, Py_ssize_t sstep,
                      uint8_t* dst, Py_ssize_t dstep) noexcept nogil
 
 fv_area_init()
@@ -187,9 +193,6 @@ cdef class AreaResize:
             raise ValueError(f"Expected at most {_MAX_ROWS} source rows per output row, got {ky} "
                              f"({sh} -> {dh} rows)")
         hw = -(-dw // 8) * 8
-        ring_rows = 1
-        while ring_rows < ky:
-            ring_rows *= 2
         # Byte-shuffle tables: output group g (4 outputs) reads a 16-byte window at woff[g];
         # pixel k of output 4g+i goes to 32-bit lane i (byte 4i; the others zeroed by 0x80).
         groups = hw // 4
@@ -211,23 +214,29 @@ cdef class AreaResize:
                         continue
                     masks[g // 2, k, 16 * (g % 2) + 4 * i] = rel
                     xwv[g // 2, k, 4 * (g % 2) + i] = xw[dx, k]
-        ring = np.zeros((ring_rows, hw), np.float32)
-        row8 = np.zeros(hw, np.uint8)
-        self._arrays = (xbase, xn, xw, ybase, yn, yw, woff, masks, xwv, ring, row8)
+        # the last run (fv_area_run): its source, its rows' horizontal sums, its result
+        last_src = np.zeros((sh, sw), np.uint8)
+        sums = np.zeros((sh, hw), np.float32)
+        last_dst = np.zeros((dh, hw), np.uint8)
+        row_changed = np.zeros(sh, np.uint8)
+        self._arrays = (xbase, xn, xw, ybase, yn, yw, woff, masks, xwv, last_src, sums, last_dst, row_changed)
 
         cdef fv_area_plan* p = <fv_area_plan*>self._plan
         cdef int32_t[::1] xbase_v = xbase, xn_v = xn, ybase_v = ybase, yn_v = yn, woff_v = woff
         cdef float[:, ::1] xw_v = xw, yw_v = yw
         cdef uint8_t[:, :, ::1] masks_v = masks
         cdef float[:, :, ::1] xwv_v = xwv
-        cdef float[:, ::1] ring_v = ring
-        cdef uint8_t[::1] row8_v = row8
+        cdef uint8_t[:, ::1] last_src_v = last_src, last_dst_v = last_dst
+        cdef float[:, ::1] sums_v = sums
+        cdef uint8_t[::1] row_changed_v = row_changed
         p.sw, p.sh, p.dw, p.dh = sw, sh, dw, dh
-        p.kx, p.ky, p.hw, p.ring_mask, p.simd_ok = kx, ky, hw, ring_rows - 1, simd_ok
+        p.kx, p.ky, p.hw, p.simd_ok = kx, ky, hw, simd_ok
         p.xbase, p.xn, p.xw = &xbase_v[0], &xn_v[0], &xw_v[0, 0]
         p.ybase, p.yn, p.yw = &ybase_v[0], &yn_v[0], &yw_v[0, 0]
         p.woff, p.masks, p.xwv = &woff_v[0], &masks_v[0, 0, 0], &xwv_v[0, 0, 0]
-        p.ring, p.row8 = &ring_v[0, 0], &row8_v[0]
+        p.valid = 0
+        p.last_src, p.sums, p.last_dst = &last_src_v[0, 0], &sums_v[0, 0], &last_dst_v[0, 0]
+        p.row_changed = &row_changed_v[0]
 
     @property
     def simd(self):

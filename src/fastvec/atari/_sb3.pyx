@@ -136,7 +136,7 @@ cdef class SB3StackCore:
     cdef object _rgb, _planes, _small
     cdef pixel_t[::1] _rgb_bytes
     cdef pixel_t[:, :, ::1] _planes_v, _small_v
-    cdef AreaResize _area
+    cdef tuple _areas  # one INTER_AREA per source plane (each keeps its plane's last frame)
     # the learned palette's path (OBS_RESIZE_GRAY only; _red None: ALE's RGB screens)
     cdef ScreenPalette _red, _green, _blue
     cdef IndexScreen _indices           # the screens' palette indices
@@ -212,11 +212,11 @@ cdef class SB3StackCore:
         if resize is not None and warp is not None:
             raise ValueError(f"Expected a resize or a warp, got both: {resize}, {warp}")
         self._mode = OBS_RESIZE_GRAY if resize is not None else OBS_WARP if warp is not None else OBS_RGB
-        self._area = None
+        self._areas = ()
         self.stack_size = 0
         if self._mode != OBS_RGB:
             h, w = resize if resize is not None else warp
-            self._area = AreaResize((height, width), (h, w))
+            self._areas = tuple(AreaResize((height, width), (h, w)) for _ in range(3))
             # the source: three channel planes, or WarpFrame's one gray plane (the first)
             self._planes = np.zeros((3, height, width), np.uint8)
             self._small = np.zeros((3, h, w), np.uint8)
@@ -485,11 +485,11 @@ cdef class SB3StackCore:
         GrayscaleObservation, or WarpFrame's resize of its gray plane."""
         cdef int c
         if self._mode == OBS_WARP:
-            self._area.resize_into(self._planes_v[0], self._small_v[0])
+            (<AreaResize>self._areas[0]).resize_into(self._planes_v[0], self._small_v[0])
             memcpy(out, &self._small_v[0, 0, 0], self._frame_n)
             return
         for c in range(3):
-            self._area.resize_into(self._planes_v[c], self._small_v[c])
+            (<AreaResize>self._areas[c]).resize_into(self._planes_v[c], self._small_v[c])
         fv_gray_planes(&self._small_v[0, 0, 0], &self._small_v[1, 0, 0], &self._small_v[2, 0, 0],
                        self._frame_n, out)
 

@@ -18,7 +18,6 @@ typedef struct {
     int sw, sh, dw, dh;     /* source and destination width, height */
     int kx;                 /* most source pixels of one destination column */
     int hw;                 /* padded row of horizontal sums: a multiple of 8 >= dw */
-    int ring_mask;          /* rows of horizontal sums kept - 1 (a power of 2 - 1) */
     int simd_ok;            /* the shuffle tables cover the row (else the plain loop) */
     const int32_t *xbase;   /* [dw] first source column of each destination column */
     const int32_t *xn;      /* [dw] its number of source columns */
@@ -30,8 +29,15 @@ typedef struct {
     const int32_t *woff;    /* [hw/4] byte window of each group of 4 outputs */
     const uint8_t *masks;   /* [hw/8][kx][32] shuffles: pixel k of each output to a 32-bit lane */
     const float *xwv;       /* [hw/8][kx][8] the matching weights (0 for padding) */
-    float *ring;            /* [(ring_mask+1)*hw] scratch: rows of horizontal sums */
-    uint8_t *row8;          /* [hw] scratch: one rounded destination row */
+    /* The last run, kept so that the next one computes only what changed (consecutive
+     * frames of a game differ in a few rows): */
+    int valid;              /* whether the three below hold a run's */
+    int valid_level;        /* the ISA level that run's kernels were chosen at (the same
+                             * numbers at every level: kept so that each level's kernels run) */
+    uint8_t *last_src;      /* [sh*sw] its source */
+    float *sums;            /* [sh*hw] the horizontal sums of each of its source rows */
+    uint8_t *last_dst;      /* [dh*hw] its destination rows (padded to hw) */
+    uint8_t *row_changed;   /* [sh] scratch: whether a source row differs from the last run's */
 } fv_area_plan;
 
 typedef void (*fv_area_hrow_fn)(const fv_area_plan *p, const uint8_t *s, float *out);
@@ -167,8 +173,13 @@ static const char *fv_area_isa_name(int level) {
     return fv_area_isa_names[level < 0 || level > 2 ? 0 : level];
 }
 
-/* dst (dh x dw, rows dstep bytes apart) = INTER_AREA of src (sh x sw, rows sstep apart). */
-static void fv_area_run(const fv_area_plan *p, const uint8_t *src, ptrdiff_t sstep,
+/* dst (dh x dw, rows dstep bytes apart) = INTER_AREA of src (sh x sw, rows sstep apart).
+ *
+ * A source row's horizontal sums depend on its bytes alone, and a destination row on the
+ * sums of its source rows alone: a source row equal to the last run's keeps the sums it had,
+ * and a destination row whose source rows all did keeps its bytes. The result is the same as
+ * computing everything again, bit for bit. */
+static void fv_area_run(fv_area_plan *p, const uint8_t *src, ptrdiff_t sstep,
                         uint8_t *dst, ptrdiff_t dstep) {
     fv_area_hrow_fn hrow = fv_area_hrow_plain;
     fv_area_vrow_fn vrow = fv_area_vrow_plain;
@@ -179,25 +190,33 @@ static void fv_area_run(const fv_area_plan *p, const uint8_t *src, ptrdiff_t sst
         hrow = fv_area_hrow_ssse3; vrow = fv_area_vrow_sse;
     }
 #endif
-    const int plain = vrow == fv_area_vrow_plain;
+    if (p->valid_level != fv_area_level) p->valid = 0;
+    p->valid_level = fv_area_level;
     const float *rows[64];
-    int next = 0;  /* the first source row whose horizontal sums are not computed yet */
+    int next = 0;  /* the first source row not compared (and summed) yet */
     for (int dy = 0; dy < p->dh; dy++) {
         const int first = p->ybase[dy], n = p->yn[dy];
-        int r = first > next ? first : next;
-        for (; r < first + n; r++)
-            hrow(p, src + (ptrdiff_t)r * sstep, p->ring + (ptrdiff_t)(r & p->ring_mask) * p->hw);
-        if (first + n > next) next = first + n;
-        for (int k = 0; k < n; k++)
-            rows[k] = p->ring + (ptrdiff_t)((first + k) & p->ring_mask) * p->hw;
-        uint8_t *d = dst + (ptrdiff_t)dy * dstep;
-        if (plain) {
-            vrow(p, dy, rows, d);
-        } else {
-            vrow(p, dy, rows, p->row8);
-            memcpy(d, p->row8, (size_t)p->dw);
+        for (int r = first > next ? first : next; r < first + n; r++) {
+            const uint8_t *s = src + (ptrdiff_t)r * sstep;
+            uint8_t *last = p->last_src + (ptrdiff_t)r * p->sw;
+            p->row_changed[r] = !p->valid || memcmp(s, last, (size_t)p->sw) != 0;
+            if (p->row_changed[r]) {
+                hrow(p, s, p->sums + (ptrdiff_t)r * p->hw);
+                memcpy(last, s, (size_t)p->sw);
+            }
         }
+        if (first + n > next) next = first + n;
+        int changed = 0;
+        for (int k = 0; k < n; k++) {
+            changed |= p->row_changed[first + k];
+            rows[k] = p->sums + (ptrdiff_t)(first + k) * p->hw;
+        }
+        uint8_t *kept = p->last_dst + (ptrdiff_t)dy * p->hw;
+        if (changed)
+            vrow(p, dy, rows, kept);
+        memcpy(dst + (ptrdiff_t)dy * dstep, kept, (size_t)p->dw);
     }
+    p->valid = 1;
 }
 
 FV_CONTRACT_OFF_END
