@@ -10,6 +10,8 @@ expected.
 """
 from __future__ import annotations
 
+import doctest
+
 import numpy as np
 import pytest
 
@@ -273,3 +275,9 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match=r"src of shape \(210, 160\) and dst of shape \(84, 84\), got \(210, 160\) and \(64, 64\)"):
         plan.resize(src, np.zeros((64, 64), np.uint8))
     assert repr(plan).startswith("AreaResize((210, 160) -> (84, 84)")
+
+
+def test_docstring_examples():
+    """The module's examples run (AreaResize's shows the last run kept)."""
+    failures, tried = doctest.testmod(_resize)
+    assert tried and not failures

@@ -165,7 +165,21 @@ cdef class AreaResize:
             scales in both directions, empty), or more than 64 source rows per output row.
 
     ``resize(src, dst)`` (or the nogil ``resize_into`` from Cython) writes
-    ``cv2.resize(src, (width, height), interpolation=cv2.INTER_AREA)`` into ``dst``.
+    ``cv2.resize(src, (width, height), interpolation=cv2.INTER_AREA)`` into ``dst``. The
+    object keeps its last call's source, row sums and result, and recomputes only what a new
+    source changes: give each stream of frames (an env's screens, a colour plane) its own.
+
+    Example:
+        >>> import numpy as np
+        >>> plan = AreaResize((210, 160), (84, 84))
+        >>> screen = np.full((210, 160), 7, np.uint8)
+        >>> small = plan.resize(screen, np.empty((84, 84), np.uint8))
+        >>> int(small.min()), int(small.max())
+        (7, 7)
+        >>> screen[100:105] = 255  # five source rows change: only they are summed again
+        >>> small = plan.resize(screen, np.empty((84, 84), np.uint8))
+        >>> np.flatnonzero((small != 7).any(axis=1)).tolist()
+        [40, 41]
     """
 
     def __cinit__(self, *args, **kwargs):

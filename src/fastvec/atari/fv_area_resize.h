@@ -1,7 +1,8 @@
 /* fastvec.atari._resize's kernel: OpenCV's INTER_AREA downscale of a uint8 image, its float
  * operations in OpenCV's order (see _resize.pyx's docstring for the arithmetic), with SSSE3 /
- * AVX2 gathers chosen at run time and a plain C loop elsewhere. Float contraction is off here:
- * an FMA rounds once and would change the results. */
+ * AVX2 gathers chosen at run time and a plain C loop elsewhere; each run recomputes only the
+ * rows its source changed since the plan's last run (fv_area_run). Float contraction is off
+ * here: an FMA rounds once and would change the results. */
 #ifndef FV_AREA_RESIZE_H
 #define FV_AREA_RESIZE_H
 
