@@ -216,7 +216,7 @@ cdef class SB3StackCore:
         self.stack_size = 0
         if self._mode != OBS_RGB:
             h, w = resize if resize is not None else warp
-            self._areas = tuple(AreaResize((height, width), (h, w)) for _ in range(3))
+            self._areas = tuple(AreaResize((height, width), (h, w)) for _ in range(1 if warp is not None else 3))
             # the source: three channel planes, or WarpFrame's one gray plane (the first)
             self._planes = np.zeros((3, height, width), np.uint8)
             self._small = np.zeros((3, h, w), np.uint8)
