@@ -15,8 +15,8 @@ import pytest
 from fastvec import FastVectorEnv
 from fastvec.vector._block import handoff
 from fastvec.vector._wait.host_load import HostLoad
-from fastvec.vector._wait.policy import (CONTENDED_THINK_S, HOST_LOAD_EVERY_S, THINK_WINDOW_S, CallerWaits,
-                                         WaitSettings)
+from fastvec.vector._wait.policy import (CONTENDED_THINK_S, HOST_LOAD_EVERY_S, HOST_LOAD_MAX_AWAY_S,
+                                         THINK_WINDOW_S, CallerWaits, WaitSettings)
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -79,6 +79,65 @@ def test_other_work_on_the_cpus_makes_the_host_contended_and_its_end_uncontended
     for _ in range(24):
         load.sample(host.advance(own=1.9, other=0.05))
     assert not load.contended
+
+
+def test_other_work_while_the_caller_was_away_is_not_contention():
+    """A benchmark taking turns (or a trainer's pauses): the vector env steps alone for a
+    moment, then is idle for 3 s while other work takes both cores, again and again. The
+    readings that span a pause are not measured: never contended. (Folded in, each pause
+    pushed the mean up by an eighth of two cores, and it settled near a core: contended while
+    the vector env stepped alone.)"""
+    host = FakeHost()
+    load = _load(host)
+    load.sample(host.now)
+    for _ in range(12):
+        load.sample(host.advance(own=1.9, other=0.0))
+        load.sample(host.advance(own=0.0, other=2.0, seconds=3.0), away_s=3.0)
+        assert not load.contended
+    assert load.other_cores < 0.05
+    # a reading after a pause shorter than HOST_LOAD_MAX_AWAY_S is measured as before
+    load.sample(host.advance(own=0.0, other=2.0, seconds=HOST_LOAD_EVERY_S), away_s=0.5 * HOST_LOAD_MAX_AWAY_S)
+    assert load.other_cores > 0.2
+
+
+def test_contention_measured_before_a_pause_holds_after_it():
+    """A seed sweep: the other trainer takes a core while this one steps, and keeps doing so
+    through this one's update (a pause): the verdict stays until readings taken while stepping
+    say the other work ended; the interval spanning the pause changes nothing."""
+    host = FakeHost()
+    load = _load(host)
+    load.sample(host.now)
+    for _ in range(12):
+        load.sample(host.advance(own=1.0, other=1.0))
+    assert load.contended
+    before = load.other_cores
+    load.sample(host.advance(own=0.0, other=0.0, seconds=5.0), away_s=5.0)  # even a quiet pause
+    assert load.contended and load.other_cores == before
+    for _ in range(30):
+        load.sample(host.advance(own=1.9, other=0.0))
+    assert not load.contended
+
+
+def test_the_caller_passes_its_time_away_to_the_measurement():
+    """CallerWaits.between_steps: a step started 3 s after the last one ended (an update)
+    gives the reading its time away, and the pause's other work is not measured."""
+    waits = CallerWaits(WaitSettings.resolve("auto", worker_spin_us=50, parent_spin_us=20,
+                                             release_openmp_threads=True, step_in_caller=False))
+    host = FakeHost()
+    waits.host = _load(host)
+    waits.host.sample(host.now)
+    for _ in range(8):
+        now = host.advance(own=1.9, other=0.0)
+        waits.record(started=now - 1e-3, now=now)
+        waits.between_steps(now)
+    for _ in range(8):
+        now = host.advance(own=0.0, other=2.0, seconds=3.0)
+        waits.between_steps(now)
+        assert not waits.contended
+        now = host.advance(own=1.9, other=0.0)
+        waits.record(started=now - 1e-3, now=now)
+        waits.between_steps(now)
+    assert waits.host.other_cores < 0.05
 
 
 def test_steal_counts_as_other_work_and_idle_cores_as_no_contention():

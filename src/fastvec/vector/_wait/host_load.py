@@ -16,7 +16,10 @@ The host is **contended** while that other work averages more than
 :data:`~fastvec.vector._wait.policy.CONTENDED_IDLE_CORES` idle; it stops being so once the other
 work falls below :data:`~fastvec.vector._wait.policy.UNCONTENDED_OTHER_CORES` (a margin, so that
 one busy moment does not flip the policy back and forth). Reading the counters takes tens of
-microseconds, :data:`~fastvec.vector._wait.policy.HOST_LOAD_EVERY_S` apart.
+microseconds, :data:`~fastvec.vector._wait.policy.HOST_LOAD_EVERY_S` apart, taken as the caller
+starts steps; an interval in which the caller was away from the vector env for
+:data:`~fastvec.vector._wait.policy.HOST_LOAD_MAX_AWAY_S` or more (an update, another program's
+turn) is not measured, and the verdict stays what it was before the pause.
 
 Where the counters cannot be read (not Linux, a sandbox without ``/proc``), the host never
 counts as contended and the policy is what it is without this measurement.
@@ -27,7 +30,7 @@ import os
 from typing import Callable, Iterable
 
 from fastvec.vector._wait.policy import (CONTENDED_IDLE_CORES, CONTENDED_OTHER_CORES, HOST_LOAD_EVERY_S,
-                                         HOST_LOAD_WEIGHT, UNCONTENDED_OTHER_CORES)
+                                         HOST_LOAD_MAX_AWAY_S, HOST_LOAD_WEIGHT, UNCONTENDED_OTHER_CORES)
 
 __all__ = ["HostLoad", "cpu_ticks", "process_ticks"]
 
@@ -126,9 +129,14 @@ class HostLoad:
         #: whether the vector env's waits should block at once and its workers move freely
         self.contended = False
 
-    def sample(self, now: float) -> bool:
+    def sample(self, now: float, away_s: float = 0.0) -> bool:
         """Measure if :data:`HOST_LOAD_EVERY_S` has passed since the last time (``now``:
-        ``time.perf_counter()``); returns whether :attr:`contended` changed."""
+        ``time.perf_counter()``); returns whether :attr:`contended` changed.
+
+        ``away_s``: how long the caller has been away from the vector env at ``now`` (no step
+        out). After :data:`HOST_LOAD_MAX_AWAY_S` or more, the reading only starts the next
+        interval: the means and :attr:`contended` keep their values (what other work did while
+        the vector env was not stepping says nothing about its waits)."""
         if now < self._next or not self._working:
             return False
         self._next = now + HOST_LOAD_EVERY_S
@@ -138,7 +146,7 @@ class HostLoad:
             changed, self.contended = self.contended, False
             return changed
         last, self._last = self._last, reading
-        if last is None:
+        if last is None or away_s >= HOST_LOAD_MAX_AWAY_S:
             return False
         wall = (reading[0] - last[0]) * _TICKS_PER_S
         if wall <= 0:

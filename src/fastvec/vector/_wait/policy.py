@@ -99,6 +99,14 @@ CONTENDED_OTHER_CORES = 0.3
 CONTENDED_IDLE_CORES = 0.5
 # ... and it stays contended until the other work falls below this.
 UNCONTENDED_OTHER_CORES = 0.15
+# A reading taken after the caller was away from the vector env this long (no step out: an
+# update between rollouts, an evaluation, another backend's turn in a benchmark) starts a new
+# interval and is not folded into the means, which keep their values: what other work did
+# during the pause says nothing about the vector env's waits, and a transient one (a process
+# that ran while the trainer was away) would otherwise count as contention for seconds of
+# stepping after it ended (readings are taken only while stepping). Twice the readings'
+# interval: far longer than a policy's forward pass between two steps.
+HOST_LOAD_MAX_AWAY_S = 2 * HOST_LOAD_EVERY_S
 # What the caller publishes as its time between steps while the host is contended: as long
 # as a caller computing between steps, so that workers block at once and leave their CPUs.
 CONTENDED_THINK_S = 10 * THINK_WINDOW_S
@@ -309,12 +317,12 @@ class CallerWaits:
         thread (a small policy's forward pass) leaves a core free, and a worker spinning there
         costs it nothing while sparing a wake-up. One long pause (an update between rollouts)
         counts as :data:`MAX_THINK_S`, not as forever."""
+        wall = None if self._last_done is None else now - self._last_done
         # (the pool gives a HostLoad only where spins adapt)
         if self.host is not None:
-            self.host.sample(now)
-        if self._last_done is None:
+            self.host.sample(now, away_s=wall or 0.0)
+        if wall is None:
             return None
-        wall = now - self._last_done
         busy_cores = (time.process_time() - self._last_done_cpu) / wall if wall > 0 else 0.0
         think = min(wall, MAX_THINK_S) if busy_cores > 1.5 else 0.0
         self.think_mean += 0.25 * (think - self.think_mean)
