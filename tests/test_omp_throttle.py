@@ -100,7 +100,7 @@ class _Contended:
     def __init__(self, *args, **kwargs):
         pass
 
-    def sample(self, now):
+    def sample(self, now, away_s=0.0):
         return False
 
 
